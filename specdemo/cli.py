@@ -1,0 +1,175 @@
+"""Command line: ``python -m specdemo generate|sample|bench ...``.
+
+Errors exit with code 2 and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+
+from .engine import DecodeConfig, baseline_steps, run_all, sample_many, speculative_steps
+from .errors import SpecDemoError
+from .metrics import acceptance_rate, mean_accepted_tokens
+from .models import BUNDLED_DRAFT, BUNDLED_TARGET, encode_prompt, load_pair
+from .render import plain_text, token_spans, tokens_ansi
+from .sampling import SamplingConfig
+
+WARMUP_TOKENS = 8
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    def error(self, message):
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def add_model_args(p):
+    p.add_argument("--target", default=BUNDLED_TARGET, help="hub id or local folder (default: the bundled target)")
+    p.add_argument("--draft", default=None, help="hub id or local folder (default: the bundled draft)")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_sampling_args(p):
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineErrorParser(prog="python -m specdemo", description="Speculative decoding, measured.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
+
+    gen = sub.add_parser("generate", help="baseline vs speculative on one prompt")
+    add_model_args(gen)
+    gen.add_argument("--method", choices=["draft", "prompt-lookup"], default="draft")
+    gen.add_argument("--gamma", type=int, default=4)
+    gen.add_argument("--schedule", choices=["constant", "heuristic"], default="constant")
+    gen.add_argument("--min-confidence", type=float, default=0.0, help="draft-confidence stop (0 = off)")
+    gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
+    gen.add_argument("--max-new-tokens", type=int, default=64)
+    add_sampling_args(gen)
+
+    smp = sub.add_parser("sample", help="M independent speculative samples")
+    add_model_args(smp)
+    smp.add_argument("--gamma", type=int, default=4)
+    smp.add_argument("--max-new-tokens", type=int, required=True)
+    smp.add_argument("--samples", type=int, required=True)
+    add_sampling_args(smp)
+    return parser
+
+
+def decode_config(args) -> DecodeConfig:
+    return DecodeConfig(
+        max_new_tokens=args.max_new_tokens,
+        gamma=args.gamma,
+        schedule=getattr(args, "schedule", "constant"),
+        min_confidence=getattr(args, "min_confidence", 0.0),
+        method=getattr(args, "method", "draft"),
+        max_ngram=getattr(args, "max_ngram", 3),
+        sampling=SamplingConfig(args.temperature, args.top_k, args.top_p, args.seed),
+    )
+
+
+def load_from_args(args):
+    method = getattr(args, "method", "draft")
+    draft = None if method == "prompt-lookup" else (args.draft or BUNDLED_DRAFT)
+    pair = load_pair(args.target, draft)
+    prompt_ids = encode_prompt(pair.tokenizer, args.prompt, chat_template=not args.no_chat_template)
+    return pair, prompt_ids
+
+
+def compare(pair, prompt_ids: list[int], config: DecodeConfig, warmup: bool = True):
+    """Baseline then speculative on the same prompt: (baseline Run, speculative Run)."""
+    if warmup:  # one short untimed run of each, so that lazy initialisation is not timed
+        short = replace(config, max_new_tokens=min(WARMUP_TOKENS, config.max_new_tokens))
+        run_all(baseline_steps(pair.target, prompt_ids, short, pair.eos))
+        run_all(speculative_steps(pair.target, pair.draft, prompt_ids, short, pair.eos))
+    base = run_all(baseline_steps(pair.target, prompt_ids, config, pair.eos))
+    spec = run_all(speculative_steps(pair.target, pair.draft, prompt_ids, config, pair.eos))
+    return base, spec
+
+
+def comparison_record(tokenizer, prompt_ids, base_steps, spec_steps) -> dict:
+    def side(steps):
+        ids = [t for s in steps for t in s.emitted]
+        seconds = sum(s.seconds for s in steps)
+        return {
+            "token_ids": ids,
+            "text": tokenizer.decode(ids, skip_special_tokens=True),
+            "seconds": seconds,
+            "tokens_per_second": len(ids) / seconds if seconds else 0.0,
+        }
+
+    spec = side(spec_steps) | {
+        "acceptance_rate": acceptance_rate(spec_steps),
+        "mean_accepted_tokens": mean_accepted_tokens(spec_steps),
+        "target_forwards": len(spec_steps),
+        "steps": [{"drafted": s.drafted, "accepted": s.accepted, "emitted": s.emitted} for s in spec_steps],
+    }
+    base = side(base_steps)
+    return {
+        "prompt_ids": list(prompt_ids),
+        "baseline": base,
+        "speculative": spec,
+        "speedup": base["seconds"] / spec["seconds"] if spec["seconds"] else 0.0,
+    }
+
+
+def cmd_generate(args) -> None:
+    pair, prompt_ids = load_from_args(args)
+    config = decode_config(args)
+    base_run, spec_run = compare(pair, prompt_ids, config)
+    record = comparison_record(pair.tokenizer, prompt_ids, base_run.steps, spec_run.steps)
+    if args.json:
+        print(json.dumps(record))
+        return
+    base, spec = record["baseline"], record["speculative"]
+    decode = lambda t: pair.tokenizer.decode([t])  # noqa: E731
+    steps = spec_run.steps
+    print(f"prompt: {args.prompt}\n")
+    print(f"baseline    ({base['tokens_per_second']:.1f} tok/s):\n{base['text']}\n")
+    spans = token_spans(steps, decode)
+    print(f"speculative ({spec['tokens_per_second']:.1f} tok/s):")
+    print(tokens_ansi(spans) if sys.stdout.isatty() else plain_text(steps, decode))
+    print(
+        f"\nspeedup {record['speedup']:.2f}x · acceptance {spec['acceptance_rate']:.2f} · "
+        f"τ {spec['mean_accepted_tokens']:.2f} tokens per target forward · {spec['target_forwards']} target "
+        f"forwards for {len(spec['token_ids'])} tokens"
+    )
+    if sys.stdout.isatty():
+        print("colours: green accepted · red struck rejected · yellow correction · blue bonus")
+
+
+def cmd_sample(args) -> None:
+    pair, prompt_ids = load_from_args(args)
+    samples = sample_many(pair.target, pair.draft, prompt_ids, decode_config(args), args.samples, pair.eos)
+    if args.json:
+        print(json.dumps({"prompt_ids": prompt_ids, "samples": samples}))
+        return
+    for i, ids in enumerate(samples):
+        print(f"[{i}] {pair.tokenizer.decode(ids, skip_special_tokens=True)}")
+
+
+def quiet_libraries() -> None:
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "json", False):
+        quiet_libraries()
+    try:
+        {"generate": cmd_generate, "sample": cmd_sample}[args.command](args)
+    except SpecDemoError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0

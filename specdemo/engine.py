@@ -1,0 +1,297 @@
+"""Baseline and speculative decoding, as generators of plain per-step records.
+
+Speculative sampling (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023): a drafter
+proposes x_1..x_k with distributions q_i; ONE target forward over [pending tokens, x_1..x_k]
+gives p_1..p_{k+1}; each x_i is kept with probability min(1, p_i(x_i) / q_i(x_i)); at the first
+rejection a token is drawn from norm(max(0, p_i − q_i)); if all k are kept, a bonus token is
+drawn from p_{k+1}. Every emitted token is then distributed exactly as the target alone
+would have drawn it. Greedy decoding is the limit in which p and q are one-hot: keep x_i
+while it equals the target's argmax, then emit the target's argmax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .drafters import MAX_GAMMA, SCHEDULES, Draft, ModelDrafter, PromptLookupDrafter
+from .errors import InputError
+from .kv import CachedLM, Stopwatch
+from .sampling import SamplingConfig, draw, draw_uniform, make_generator, to_probs, validate_sampling
+
+METHODS = ("draft", "prompt-lookup")
+
+
+@dataclass
+class DecodeConfig:
+    max_new_tokens: int = 64
+    gamma: int = 4
+    schedule: str = "constant"  # or "heuristic"
+    min_confidence: float = 0.0  # draft-confidence stop; 0 = off
+    method: str = "draft"  # or "prompt-lookup"
+    max_ngram: int = 3
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_new_tokens_cap: int = 2048
+
+
+@dataclass
+class Step:
+    """One decoding step. A baseline step drafts nothing and emits one token."""
+
+    index: int
+    drafted: list[int] = field(default_factory=list)
+    q: list[float] = field(default_factory=list)  # q(x) of each drafted x
+    p: list[float] = field(default_factory=list)  # p(x) of each drafted x
+    draws: list[float] = field(default_factory=list)  # the uniform u of each test (sampling only)
+    accepted: int = 0
+    correction: int | None = None  # the target's token at the first rejection
+    bonus: int | None = None  # the extra token from p when every draft was kept (or baseline's token)
+    emitted: list[int] = field(default_factory=list)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    rest_s: float = 0.0
+    new_tokens: int = 0  # tokens generated so far, this step's included
+    elapsed_s: float = 0.0  # compute time so far, this step's included
+    finished: bool = False
+    # At a rejection, for the step inspector: top-10 (id, prob) of the residual, p and q.
+    residual_top: list[tuple[int, float]] = field(default_factory=list)
+    p_top: list[tuple[int, float]] = field(default_factory=list)
+    q_top: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return self.draft_s + self.verify_s + self.rest_s
+
+    @property
+    def accept_prob(self) -> list[float]:
+        """min(1, p(x)/q(x)) of each drafted x: the chance the rule keeps it."""
+        return [min(1.0, p / q) if q > 0 else 0.0 for p, q in zip(self.p, self.q, strict=False)]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def validate_request(prompt_ids: list[int], config: DecodeConfig, context_length: int | None) -> None:
+    if not prompt_ids:
+        raise InputError("the prompt is empty: type some text to continue")
+    n = config.max_new_tokens
+    if not isinstance(n, int) or n <= 0:
+        raise InputError(f"max_new_tokens must be a whole number ≥ 1, got {n}")
+    if n > config.max_new_tokens_cap:
+        raise InputError(f"max_new_tokens must be at most {config.max_new_tokens_cap}, got {n}")
+    if not 1 <= config.gamma <= MAX_GAMMA:
+        raise InputError(f"γ (draft length) must be between 1 and {MAX_GAMMA}, got {config.gamma}")
+    if config.schedule not in SCHEDULES:
+        raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {config.schedule!r}")
+    if config.method not in METHODS:
+        raise InputError(f"method must be one of {', '.join(METHODS)}, got {config.method!r}")
+    if not 0 <= config.min_confidence < 1:
+        raise InputError(f"min_confidence must be in [0, 1), got {config.min_confidence}")
+    validate_sampling(config.sampling)
+    if context_length:
+        if len(prompt_ids) >= context_length:
+            raise InputError(
+                f"the prompt is {len(prompt_ids)} tokens, longer than the model's context of "
+                f"{context_length} tokens: shorten it"
+            )
+        # Drafts never run past the token budget, so prompt + budget is the longest sequence.
+        if len(prompt_ids) + n > context_length:
+            raise InputError(
+                f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({n}) exceed the model's context of "
+                f"{context_length} tokens: ask for at most {context_length - len(prompt_ids)} new tokens"
+            )
+
+
+def context_length(model) -> int | None:
+    return getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+
+
+def eos_ids(model, tokenizer=None) -> set[int]:
+    """Every id that ends generation for the target: its generation_config's and the tokenizer's."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if value is None:
+            continue
+        ids.update(value if isinstance(value, (list, tuple, set)) else [value])
+    return ids
+
+
+def finish_emitted(emitted: list[int], budget: int, eos: set[int]) -> tuple[list[int], bool]:
+    """Cut a step's tokens at the first EOS (kept) and at the token budget."""
+    for i, tok in enumerate(emitted[:budget]):
+        if tok in eos:
+            return emitted[: i + 1], True
+    return emitted[:budget], len(emitted) >= budget
+
+
+def top_entries(probs: torch.Tensor, n: int = 10) -> list[tuple[int, float]]:
+    values, ids = probs.topk(min(n, probs.shape[-1]))
+    return [(int(i), float(v)) for i, v in zip(ids.tolist(), values.tolist(), strict=False)]
+
+
+def verify_draft(logits: torch.Tensor, draft: Draft, sampling: SamplingConfig, generator, step: Step) -> int:
+    """Apply the acceptance rule to ``draft`` given the target's logits [k+1, V].
+
+    Fills ``step`` (p, q, draws, accepted, correction/bonus) and returns the token emitted
+    after the accepted drafts."""
+    k = len(draft)
+    probs = to_probs(logits, sampling)  # p_1..p_{k+1}; plain softmax in greedy mode (display)
+    step.drafted = list(draft.ids)
+    if k:
+        step.p = probs[torch.arange(k), torch.tensor(draft.ids)].tolist()
+        step.q = draft.q_of_drafted()
+
+    if sampling.greedy:
+        # Greedy: keep x_i while it is the target's argmax; then emit the target's argmax.
+        target_choice = logits.argmax(dim=-1).tolist()
+        n = 0
+        while n < k and draft.ids[n] == target_choice[n]:
+            n += 1
+        step.accepted = n
+        token = target_choice[n]
+    else:
+        n = 0
+        while n < k:
+            draft.ids[n]
+            # Keep x with probability min(1, p(x)/q(x)): u ~ U[0,1) and keep iff u·q(x) < p(x).
+            u = draw_uniform(generator)
+            step.draws.append(u)
+            if u * step.q[n] < step.p[n]:
+                n += 1
+                continue
+            # First rejection: draw from the residual norm(max(0, p − q)), which puts back the
+            # probability mass the draft under-proposed; this makes the output exactly ~ p.
+            q_row = draft.q_row(n, probs.shape[-1], probs.device)
+            residual = (probs[n] - q_row).clamp_min(0)
+            total = residual.sum()
+            residual = residual / total if total > 0 else probs[n]
+            step.residual_top = top_entries(residual)
+            step.p_top, step.q_top = top_entries(probs[n]), top_entries(q_row)
+            break
+        step.accepted = n
+        # All k kept: the bonus token comes from p_{k+1}, the one verify forward's last row.
+        token = draw(residual if n < k else probs[k], generator)
+
+    if step.accepted < k:
+        step.correction = token
+    else:
+        step.bonus = token
+    return token
+
+
+def make_drafter(config: DecodeConfig, draft_model, target_vocab_size: int):
+    if config.method == "prompt-lookup":
+        return PromptLookupDrafter(config.max_ngram)
+    if draft_model is None:
+        raise InputError("the draft-model method needs a draft model (or use method prompt-lookup)")
+    return ModelDrafter(draft_model, target_vocab_size, config.min_confidence)
+
+
+def speculative_steps(
+    target_model,
+    draft_model,
+    prompt_ids: list[int],
+    config: DecodeConfig,
+    eos: set[int] = frozenset(),
+    cancel: Callable[[], bool] | None = None,
+) -> Iterator[Step]:
+    """Speculative decoding; yields one Step per target verify forward."""
+    validate_request(prompt_ids, config, context_length(target_model))
+    target = CachedLM(target_model)
+    drafter = make_drafter(config, draft_model, target.vocab_size)
+    schedule = SCHEDULES[config.schedule](config.gamma)
+    generator = make_generator(config.sampling.seed)
+    tokens = list(prompt_ids)
+    new = elapsed = 0
+    index = 0
+    while new < config.max_new_tokens and not (cancel and cancel()):
+        step = Step(index=index)
+        # Draft at most budget−1 tokens: with the bonus that fills the budget exactly.
+        n = min(schedule.gamma, config.max_new_tokens - new - 1)
+        with Stopwatch(target.device) as t_draft:
+            draft = drafter.propose(tokens, n, config.sampling, generator)
+        with Stopwatch(target.device) as t_verify:
+            # ONE target forward over [uncached tokens, x_1..x_k]: logits for p_1..p_{k+1}.
+            logits = target.logits_after(tokens, draft.ids)
+        with Stopwatch(target.device) as t_rest:
+            token = verify_draft(logits, draft, config.sampling, generator, step)
+            # Roll the target's cache back to the accepted prefix (the rejected drafts go).
+            target.rollback_to(len(tokens) + step.accepted)
+            schedule.update(len(draft), step.accepted)
+            step.emitted, step.finished = finish_emitted(
+                draft.ids[: step.accepted] + [token], config.max_new_tokens - new, eos
+            )
+            tokens.extend(step.emitted)
+        step.draft_s, step.verify_s, step.rest_s = t_draft.seconds, t_verify.seconds, t_rest.seconds
+        new += len(step.emitted)
+        elapsed += step.seconds
+        step.new_tokens, step.elapsed_s = new, elapsed
+        index += 1
+        yield step
+        if step.finished:
+            return
+
+
+def baseline_steps(
+    target_model,
+    prompt_ids: list[int],
+    config: DecodeConfig,
+    eos: set[int] = frozenset(),
+    cancel: Callable[[], bool] | None = None,
+) -> Iterator[Step]:
+    """The target alone, KV-cached, one token per forward, through the same sampling code."""
+    validate_request(prompt_ids, config, context_length(target_model))
+    target = CachedLM(target_model)
+    generator = make_generator(config.sampling.seed)
+    tokens = list(prompt_ids)
+    new = elapsed = 0
+    index = 0
+    while new < config.max_new_tokens and not (cancel and cancel()):
+        step = Step(index=index)
+        with Stopwatch(target.device) as t_verify:
+            logits = target.logits_after(tokens)
+        with Stopwatch(target.device) as t_rest:
+            token = verify_draft(logits, Draft(), config.sampling, generator, step)
+            step.emitted, step.finished = finish_emitted([token], config.max_new_tokens - new, eos)
+            tokens.extend(step.emitted)
+        step.verify_s, step.rest_s = t_verify.seconds, t_rest.seconds
+        new += 1
+        elapsed += step.seconds
+        step.new_tokens, step.elapsed_s = new, elapsed
+        index += 1
+        yield step
+        if step.finished:
+            return
+
+
+@dataclass
+class Run:
+    """All the steps of one generation, and what follows from them."""
+
+    steps: list[Step]
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t for s in self.steps for t in s.emitted]
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.steps)
+
+
+def run_all(steps: Iterator[Step]) -> Run:
+    return Run(list(steps))
+
+
+def sample_many(target_model, draft_model, prompt_ids, config: DecodeConfig, samples: int, eos=frozenset()):
+    """``samples`` independent speculative samples (seeds seed, seed+1, …) with the models loaded once."""
+    from dataclasses import replace
+
+    runs = []
+    for i in range(samples):
+        cfg = replace(config, sampling=replace(config.sampling, seed=config.sampling.seed + i))
+        runs.append(run_all(speculative_steps(target_model, draft_model, prompt_ids, cfg, eos)).token_ids)
+    return runs

@@ -1,0 +1,55 @@
+"""Acceptance, τ, cost ratio c, and the speedup formulas of Leviathan et al. 2023."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def drafted_tokens(steps: Sequence) -> int:
+    return sum(len(s.drafted) for s in steps)
+
+
+def accepted_tokens(steps: Sequence) -> int:
+    return sum(s.accepted for s in steps)
+
+
+def emitted_tokens(steps: Sequence) -> int:
+    return sum(len(s.emitted) for s in steps)
+
+
+def acceptance_rate(steps: Sequence) -> float:
+    """Accepted draft tokens / drafted tokens (0 when nothing was drafted)."""
+    drafted = drafted_tokens(steps)
+    return accepted_tokens(steps) / drafted if drafted else 0.0
+
+
+def mean_accepted_tokens(steps: Sequence) -> float:
+    """τ: emitted tokens per target verify forward (each step is one target forward)."""
+    return emitted_tokens(steps) / len(steps) if steps else 0.0
+
+
+def tokens_per_second(steps: Sequence) -> float:
+    seconds = sum(s.seconds for s in steps)
+    return emitted_tokens(steps) / seconds if seconds > 0 else 0.0
+
+
+def expected_tokens_per_step(alpha: float, gamma: int) -> float:
+    """E[tokens per target forward] = (1 − α^(γ+1)) / (1 − α)   (Leviathan et al., eq. 1)."""
+    if alpha >= 1:
+        return gamma + 1.0
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def theoretical_speedup(alpha: float, gamma: int, c: float) -> float:
+    """Walltime improvement (1 − α^(γ+1)) / ((1 − α)(γc + 1)), assuming a verify costs one target step."""
+    return expected_tokens_per_step(alpha, gamma) / (gamma * c + 1)
+
+
+def predicted_speedup(tau: float, gamma: float, t_draft: float, t_target: float, t_verify: float) -> float:
+    """The same prediction from measured times: τ·t_t / (γ·t_d + t_v)."""
+    denominator = gamma * t_draft + t_verify
+    return tau * t_target / denominator if denominator > 0 else 0.0
+
+
+def best_gamma(alpha: float, c: float, max_gamma: int = 32) -> int:
+    return max(range(1, max_gamma + 1), key=lambda g: theoretical_speedup(alpha, g, c))

@@ -1,0 +1,109 @@
+"""Small random-initialised model pairs, built in the test (no download, no bundled files)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+VOCAB = 96
+torch.set_num_threads(2)
+
+
+def perturbed(model, scale: float, seed: int):
+    """A draft that agrees with the target often but not always: the target, plus noise."""
+    draft = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp_min(1e-3))
+    return draft.eval()
+
+
+def llama(layers: int, seed: int):
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.3,
+        eos_token_id=VOCAB - 1,
+        bos_token_id=0,
+        pad_token_id=0,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def gpt2(layers: int, seed: int):
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=64,
+        n_layer=layers,
+        n_head=4,
+        n_positions=256,
+        initializer_range=0.3,
+        eos_token_id=VOCAB - 1,
+        bos_token_id=0,
+    )
+    return GPT2LMHeadModel(config).eval()
+
+
+PAIRS = {
+    # (target, draft): an unrelated small draft, and a noisy copy that agrees often
+    "llama-unrelated": lambda: (llama(3, 0), llama(1, 1)),
+    "llama-noisy": lambda: (lambda t: (t, perturbed(t, 0.02, 5)))(llama(3, 0)),
+    "gpt2-noisy": lambda: (lambda t: (t, perturbed(t, 0.05, 6)))(gpt2(2, 2)),
+}
+
+
+@pytest.fixture(scope="session", params=sorted(PAIRS))
+def tiny_pair(request):
+    return PAIRS[request.param]()
+
+
+@pytest.fixture(scope="session")
+def llama_pair():
+    return PAIRS["llama-noisy"]()
+
+
+TEXT = [
+    "once upon a time there was a little cat. the cat liked to play in the sun.",
+    "one day a boy named tom found a red ball. he was very happy and played all day.",
+    "the dog and the cat were friends. they ran in the park and had fun together.",
+] * 4
+
+
+@pytest.fixture(scope="session")
+def tiny_folders(tmp_path_factory):
+    """A target and a draft folder, loadable with Auto* classes, sharing a small BPE tokenizer."""
+    from specdemo.train import train_tokenizer
+
+    root = tmp_path_factory.mktemp("tiny")
+    tokenizer = train_tokenizer(TEXT, 320, root / "tok")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        initializer_range=0.3,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.eos_token_id,
+    )
+    target = LlamaForCausalLM(config).eval()
+    folders = {"target": root / "target", "draft": root / "draft"}
+    for name, model in (("target", target), ("draft", perturbed(target, 0.02, 3))):
+        model.save_pretrained(folders[name])
+        tokenizer.save_pretrained(folders[name])
+    return folders

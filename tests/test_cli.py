@@ -1,0 +1,134 @@
+"""The CLI contract: JSON shape, greedy identity, exit code 2 with one line on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "specdemo", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_generate_json_shape_and_identity(tiny_folders):
+    r = run_cli(
+        "generate",
+        "--target",
+        str(tiny_folders["target"]),
+        "--draft",
+        str(tiny_folders["draft"]),
+        "--prompt",
+        "once upon a time",
+        "--max-new-tokens",
+        "24",
+        "--gamma",
+        "3",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) == {"prompt_ids", "baseline", "speculative", "speedup"}
+    assert set(out["baseline"]) == {"token_ids", "text", "seconds", "tokens_per_second"}
+    assert set(out["speculative"]) >= {
+        "token_ids",
+        "text",
+        "seconds",
+        "tokens_per_second",
+        "acceptance_rate",
+        "mean_accepted_tokens",
+        "target_forwards",
+        "steps",
+    }
+    spec = out["speculative"]
+    assert spec["token_ids"] == out["baseline"]["token_ids"]  # greedy: identical
+    assert 0 < len(spec["token_ids"]) <= 24
+    assert spec["target_forwards"] == len(spec["steps"])
+    assert [t for s in spec["steps"] for t in s["emitted"]] == spec["token_ids"]
+    assert spec["mean_accepted_tokens"] == pytest.approx(len(spec["token_ids"]) / spec["target_forwards"])
+    drafted = sum(len(s["drafted"]) for s in spec["steps"])
+    assert spec["acceptance_rate"] == pytest.approx(sum(s["accepted"] for s in spec["steps"]) / drafted)
+    assert out["speedup"] == pytest.approx(out["baseline"]["seconds"] / spec["seconds"])
+
+
+def test_prompt_lookup_needs_no_draft(tiny_folders):
+    r = run_cli(
+        "generate",
+        "--target",
+        str(tiny_folders["target"]),
+        "--method",
+        "prompt-lookup",
+        "--prompt",
+        "the cat and the cat and the",
+        "--max-new-tokens",
+        "16",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["speculative"]["token_ids"] == out["baseline"]["token_ids"]
+
+
+def test_sample_json(tiny_folders):
+    r = run_cli(
+        "sample",
+        "--target",
+        str(tiny_folders["target"]),
+        "--draft",
+        str(tiny_folders["draft"]),
+        "--prompt",
+        "the dog",
+        "--max-new-tokens",
+        "5",
+        "--samples",
+        "4",
+        "--temperature",
+        "1",
+        "--seed",
+        "3",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["samples"]) == 4 and all(1 <= len(s) <= 5 for s in out["samples"])
+    assert len({tuple(s) for s in out["samples"]}) > 1  # independent draws, not one repeated
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--prompt", "   "], "prompt is empty"),
+        (["--prompt", "hi", "--gamma", "0"], "between 1 and 32"),
+        (["--prompt", "hi", "--max-new-tokens", "-3"], "max_new_tokens"),
+        (["--prompt", "hi", "--temperature", "nan"], "temperature"),
+        (["--prompt", "hi", "--top-p", "0"], "top_p"),
+        (["--prompt", "hi", "--top-k", "-2"], "top_k"),
+        (["--prompt", "hi", "--target", "/no/such/folder"], "neither a local folder nor"),
+        (["--prompt", "hi", "--gamma", "many"], "invalid int value"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(tiny_folders, extra, message):
+    base = ["generate", "--target", str(tiny_folders["target"]), "--draft", str(tiny_folders["draft"]), "--json"]
+    r = run_cli(*base, *extra)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+def test_human_output(tiny_folders):
+    r = run_cli(
+        "generate",
+        "--target",
+        str(tiny_folders["target"]),
+        "--draft",
+        str(tiny_folders["draft"]),
+        "--prompt",
+        "once upon a time",
+        "--max-new-tokens",
+        "10",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "speedup" in r.stdout and "acceptance" in r.stdout
