@@ -55,6 +55,7 @@ class Step:
     new_tokens: int = 0  # tokens generated so far, this step's included
     elapsed_s: float = 0.0  # compute time so far, this step's included
     finished: bool = False
+    unverified: bool = False  # emitted by the draft alone, never checked (naive comparison only)
     # At a rejection, for the step inspector: top-10 (id, prob) of the residual, p and q.
     residual_top: list[tuple[int, float]] = field(default_factory=list)
     p_top: list[tuple[int, float]] = field(default_factory=list)
@@ -280,6 +281,57 @@ class Run:
     @property
     def seconds(self) -> float:
         return sum(s.seconds for s in self.steps)
+
+
+def naive_handoff_steps(
+    target_model,
+    draft_model,
+    prompt_ids: list[int],
+    config: DecodeConfig,
+    eos: set[int] = frozenset(),
+    cancel: Callable[[], bool] | None = None,
+) -> Iterator[Step]:
+    """NOT speculative decoding: the comparison from the script the project started from.
+
+    The draft writes the first half of the tokens alone, then the target continues from
+    there. Nothing the draft wrote is checked, so the output is not the target's: it is shown
+    only to contrast it with real (lossless) speculative decoding. Unlike the original
+    script it stays in token space (no decode and re-encode), so what differs is the method."""
+    from dataclasses import replace
+
+    tokens = list(prompt_ids)
+    last = None
+    half = max(1, config.max_new_tokens // 2)
+    for last in baseline_steps(draft_model, prompt_ids, replace(config, max_new_tokens=half), eos, cancel):
+        last.unverified = True
+        tokens += last.emitted
+        yield last
+    if last is None or last.emitted[-1] in eos or last.new_tokens >= config.max_new_tokens:
+        return
+    rest = replace(config, max_new_tokens=config.max_new_tokens - last.new_tokens)
+    for step in baseline_steps(target_model, tokens, rest, eos, cancel):
+        step.index += last.index + 1
+        step.new_tokens += last.new_tokens
+        step.elapsed_s += last.elapsed_s
+        yield step
+
+
+def race(baseline: Iterator[Step], contender: Iterator[Step]) -> Iterator[tuple[str, Step]]:
+    """Interleave two step streams in one thread, each step timed alone.
+
+    The side whose own compute clock is behind runs next, so at every moment both sides have
+    spent about the same compute time: what each has written is what it would have written by
+    then running alone. Yields ("baseline" | "speculative", step)."""
+    streams = {"baseline": baseline, "speculative": contender}
+    clocks = {"baseline": 0.0, "speculative": 0.0}
+    while streams:
+        side = min(streams, key=clocks.get)
+        step = next(streams[side], None)
+        if step is None:
+            del streams[side]
+            continue
+        clocks[side] = step.elapsed_s
+        yield side, step
 
 
 def run_all(steps: Iterator[Step]) -> Run:

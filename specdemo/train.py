@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,11 +152,12 @@ def run_steps(name, model, loss_fn, train, val, cfg, steps, lr):
     return validation_loss(model, val, cfg, batches=16)
 
 
-def train_target(cfg, tokenizer, train, val):
+def train_target(cfg, tokenizer, train, val, model=None):
+    """Next-token cross-entropy; ``model`` continues an earlier run instead of starting afresh."""
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(cfg.seed)
-    model = LlamaForCausalLM(llama_config(cfg, tokenizer, cfg.target_layers))
+    model = model or LlamaForCausalLM(llama_config(cfg, tokenizer, cfg.target_layers))
 
     def loss_fn(batch):
         logits = model(input_ids=batch[:, :-1]).logits
@@ -206,6 +208,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=Path("assets/models"))
+    parser.add_argument("--resume", type=Path, default=None, help="continue training this target folder")
     for field, default in TrainConfig.__dataclass_fields__.items():
         parser.add_argument(f"--{field.replace('_', '-')}", type=type(default.default), default=default.default)
     args = parser.parse_args(argv)
@@ -218,19 +221,25 @@ def main(argv=None):
     train_stories, val_stories = stories[:-n_val], stories[-n_val:]
     print(f"{len(stories)} stories: {len(train_stories)} train, {len(val_stories)} held out", flush=True)
 
-    tmp_tok = args.out / "_tokenizer"
-    tokenizer = train_tokenizer(train_stories, cfg.vocab_size, tmp_tok)
+    initial = None
+    if args.resume:
+        from transformers import AutoTokenizer, LlamaForCausalLM
+
+        tokenizer = AutoTokenizer.from_pretrained(args.resume)
+        initial = LlamaForCausalLM.from_pretrained(args.resume, dtype=torch.float32)
+        print(f"resuming from {args.resume}", flush=True)
+    else:
+        tokenizer = train_tokenizer(train_stories, cfg.vocab_size, args.out / "tokenizer-only")
     train = encode_stories(tokenizer, train_stories)
     val = encode_stories(tokenizer, val_stories)
     print(f"tokenizer: {len(tokenizer)} tokens; {len(train)} train tokens, {len(val)} val tokens", flush=True)
 
-    target, target_val = train_target(cfg, tokenizer, train, val)
+    target, target_val = train_target(cfg, tokenizer, train, val, initial)
     save_model(target, tokenizer, args.out / "tinystories-target")
     draft, draft_val = train_draft(cfg, tokenizer, target, train, val)
     save_model(draft, tokenizer, args.out / "tinystories-draft")
-    for f in tmp_tok.iterdir():
-        f.unlink()
-    tmp_tok.rmdir()
+    if not args.resume:
+        shutil.rmtree(args.out / "tokenizer-only")
     n_t = sum(p.numel() for p in target.parameters())
     n_d = sum(p.numel() for p in draft.parameters())
     print(f"target: {n_t / 1e6:.2f}M params, val CE {target_val:.3f}")

@@ -1,0 +1,88 @@
+"""A live side-by-side run: baseline vs a contender, as a stream of growing states.
+
+The app turns each state into components; this module knows nothing of gradio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from .engine import DecodeConfig, Step, baseline_steps, naive_handoff_steps, race, speculative_steps
+from .metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
+
+# method shown in the UI → (description, lossless?)
+METHODS = {
+    "draft": ("speculative decoding with the draft model", True),
+    "prompt-lookup": ("speculative decoding with prompt lookup (no draft model)", True),
+    "naive": ("NOT speculative decoding: the draft writes the first half, the target continues", False),
+}
+
+
+@dataclass
+class RaceState:
+    method: str
+    greedy: bool
+    baseline: list[Step] = field(default_factory=list)
+    contender: list[Step] = field(default_factory=list)
+    done: bool = False
+
+    @property
+    def lossless(self) -> bool:
+        return METHODS[self.method][1]
+
+    def tokens(self, side: str) -> list[int]:
+        steps = self.baseline if side == "baseline" else self.contender
+        return [t for s in steps for t in s.emitted]
+
+    def first_difference(self) -> int | None:
+        """Index of the first token where the two outputs differ so far (None: none yet)."""
+        a, b = self.tokens("baseline"), self.tokens("speculative")
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return i
+        return None
+
+    def summary(self) -> dict:
+        base, spec = self.baseline, self.contender
+        base_tps, spec_tps = tokens_per_second(base), tokens_per_second(spec)
+        spec_tokens = sum(len(s.emitted) for s in spec)
+        out = {
+            "baseline_tokens_per_second": base_tps,
+            "speculative_tokens_per_second": spec_tps,
+            "speedup": spec_tps / base_tps if base_tps else 0.0,
+            "baseline_tokens": sum(len(s.emitted) for s in base),
+            "speculative_tokens": spec_tokens,
+        }
+        if self.method != "naive":
+            out |= {
+                "acceptance_rate": acceptance_rate(spec),
+                "mean_accepted_tokens": mean_accepted_tokens(spec),
+                "target_forwards": len(spec),
+                # the baseline needs one target forward per token
+                "target_forwards_saved": spec_tokens - len(spec),
+            }
+        diff = self.first_difference()
+        out["identical_so_far"] = diff is None
+        out["first_difference"] = diff
+        return out
+
+
+def run_race(
+    pair, prompt_ids: list[int], config: DecodeConfig, method: str, cancel: Callable[[], bool] | None = None
+) -> Iterator[RaceState]:
+    """Yield the state after every step of either side, until both finish (or ``cancel``)."""
+    if method == "naive":
+        contender = naive_handoff_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
+    else:
+        from dataclasses import replace
+
+        cfg = replace(config, method=method)
+        contender = speculative_steps(pair.target, pair.draft, prompt_ids, cfg, pair.eos, cancel)
+    baseline = baseline_steps(pair.target, prompt_ids, config, pair.eos, cancel)
+    state = RaceState(method, config.sampling.greedy)
+    for side, step in race(baseline, contender):
+        (state.baseline if side == "baseline" else state.contender).append(step)
+        yield state
+    state.done = True
+    yield state

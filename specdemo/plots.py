@@ -1,0 +1,105 @@
+"""Plotly figures from step records (no gradio). ``uirevision`` keeps zoom across live updates."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+COLOURS = {"baseline": "#7f7f7f", "speculative": "#2a9d8f", "accepted": "#52b788", "theory": "#e76f51"}
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 280) -> go.Figure:
+    fig.update_layout(
+        title=title,
+        xaxis_title=x,
+        yaxis_title=y,
+        height=height,
+        margin=dict(l=50, r=20, t=40, b=40),
+        uirevision="keep",  # live updates keep the user's zoom and do not flicker
+        legend=dict(orientation="h", y=-0.25),
+        template="plotly_white",
+    )
+    return fig
+
+
+def race_figure(base: Sequence, spec: Sequence, spec_label: str = "speculative") -> go.Figure:
+    """Tokens written vs own compute time: the race."""
+    fig = go.Figure()
+    for name, steps, colour in (("baseline", base, COLOURS["baseline"]), (spec_label, spec, COLOURS["speculative"])):
+        fig.add_scatter(
+            x=[0] + [s.elapsed_s for s in steps],
+            y=[0] + [s.new_tokens for s in steps],
+            mode="lines",
+            line=dict(color=colour, shape="hv"),
+            name=name,
+        )
+    return _layout(fig, "The race: tokens vs compute time", "seconds", "tokens")
+
+
+def acceptance_figure(spec: Sequence) -> go.Figure:
+    """Fraction of each step's draft that was kept, and the running acceptance rate."""
+    steps = [s for s in spec if s.drafted]
+    rates = [s.accepted / len(s.drafted) for s in steps]
+    running, kept, drafted = [], 0, 0
+    for s in steps:
+        kept, drafted = kept + s.accepted, drafted + len(s.drafted)
+        running.append(kept / drafted)
+    fig = go.Figure()
+    fig.add_bar(x=[s.index for s in steps], y=rates, name="this step", marker_color=COLOURS["accepted"])
+    fig.add_scatter(x=[s.index for s in steps], y=running, name="running mean", line=dict(color="#264653"))
+    fig.update_yaxes(range=[0, 1.05])
+    return _layout(fig, "Acceptance per step", "step", "accepted / drafted")
+
+
+def accepted_length_figure(spec: Sequence) -> go.Figure:
+    """How many drafted tokens each step kept (γ on the right means a full accept + bonus)."""
+    fig = go.Figure()
+    counts: dict[int, int] = {}
+    for s in spec:
+        if s.drafted:
+            counts[s.accepted] = counts.get(s.accepted, 0) + 1
+    xs = list(range(0, max(counts, default=0) + 1))
+    fig.add_bar(x=xs, y=[counts.get(x, 0) for x in xs], marker_color=COLOURS["speculative"], name="steps")
+    return _layout(fig, "Accepted tokens per step", "accepted drafts", "steps")
+
+
+def baseline_time_for(base: Sequence, tokens: int) -> float | None:
+    """The baseline's compute time to reach ``tokens`` tokens (None if it has not yet)."""
+    marks = [s.new_tokens for s in base]
+    i = bisect.bisect_left(marks, tokens)
+    return base[i].elapsed_s if i < len(base) else None
+
+
+def running_speedup(base: Sequence, spec: Sequence) -> list[tuple[int, float]]:
+    """(tokens, speedup) where speedup = baseline time to n tokens / speculative time to n tokens."""
+    points = []
+    for s in spec:
+        t = baseline_time_for(base, s.new_tokens)
+        if t is not None and s.elapsed_s > 0:
+            points.append((s.new_tokens, t / s.elapsed_s))
+    return points
+
+
+def speedup_figure(base: Sequence, spec: Sequence) -> go.Figure:
+    points = running_speedup(base, spec)
+    fig = go.Figure()
+    fig.add_scatter(
+        x=[p[0] for p in points],
+        y=[p[1] for p in points],
+        mode="lines+markers",
+        line=dict(color=COLOURS["speculative"]),
+        name="speedup",
+    )
+    fig.add_hline(y=1.0, line_dash="dot", line_color=COLOURS["baseline"])
+    return _layout(fig, "Running speedup over the baseline", "tokens", "× faster")
+
+
+def live_figures(base: Sequence, spec: Sequence, spec_label: str = "speculative") -> tuple[go.Figure, ...]:
+    return (
+        race_figure(base, spec, spec_label),
+        acceptance_figure(spec),
+        accepted_length_figure(spec),
+        speedup_figure(base, spec),
+    )
