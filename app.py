@@ -119,10 +119,10 @@ def decoder(tokenizer):
     return functools.lru_cache(maxsize=65536)(lambda t: tokenizer.decode([t]))
 
 
-def render_state(state, decode, status: str):
-    base_html = tokens_html(token_spans(state.baseline, decode), greedy=state.greedy)
+def render_state(state, decode, prompt: str, status: str):
+    base_html = tokens_html(token_spans(state.baseline, decode), state.greedy, prompt)
     reference = state.tokens("baseline")
-    spec_html = tokens_html(token_spans(state.contender, decode, reference), greedy=state.greedy)
+    spec_html = tokens_html(token_spans(state.contender, decode, reference), state.greedy, prompt)
     label = "naive (not lossless)" if state.method == "naive" else "speculative"
     return (
         base_html,
@@ -185,7 +185,7 @@ def run(
             if state.done or now - last >= UPDATE_EVERY_S:
                 last = now
                 status = "✅ done" if state.done else "⏳ running…"
-                yield render_state(state, decode, status)
+                yield render_state(state, decode, prompt, status)
     except Exception as error:  # shown in the UI; the app keeps serving
         yield error_outputs(friendly(error))
 

@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 
 from .engine import DecodeConfig, baseline_steps, run_all, sample_many, speculative_steps
-from .errors import SpecDemoError
+from .errors import InputError, SpecDemoError
 from .metrics import acceptance_rate, mean_accepted_tokens
 from .models import BUNDLED_DRAFT, BUNDLED_TARGET, encode_prompt, load_pair
 from .render import plain_text, token_spans, tokens_ansi
@@ -61,6 +61,21 @@ def build_parser() -> argparse.ArgumentParser:
     smp.add_argument("--max-new-tokens", type=int, required=True)
     smp.add_argument("--samples", type=int, required=True)
     add_sampling_args(smp)
+    bench = sub.add_parser("bench", help="specdemo vs transformers on the same pair and prompts")
+    bench.add_argument("--target", default=BUNDLED_TARGET)
+    bench.add_argument("--draft", default=BUNDLED_DRAFT)
+    bench.add_argument(
+        "--prompts",
+        default=None,
+        help="a text file, one prompt per line (default: 20 held-out story openings, or the preset's examples)",
+    )
+    bench.add_argument("--gammas", default="1,2,3,4,6,8")
+    bench.add_argument("--max-new-tokens", type=int, default=64)
+    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument("--no-chat-template", action="store_true")
+    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--csv", default=None)
+    bench.add_argument("--plot", default=None, help="write the speedup-vs-γ figure as HTML")
     return parser
 
 
@@ -156,6 +171,42 @@ def cmd_sample(args) -> None:
         print(f"[{i}] {pair.tokenizer.decode(ids, skip_special_tokens=True)}")
 
 
+def bench_prompts(path: str | None) -> list[str]:
+    from .train import heldout_openings
+
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                prompts = [line.strip() for line in f if line.strip()]
+        except OSError as error:
+            raise InputError(f"cannot read the prompts file {path!r}: {error.strerror}") from error
+        if not prompts:
+            raise InputError(f"the prompts file {path!r} has no prompts (one per line)")
+        return prompts
+    return heldout_openings(20)
+
+
+def cmd_bench(args) -> None:
+    from .bench import format_table, run_bench, to_json, write_csv, write_plot
+
+    try:
+        gammas = [int(g) for g in args.gammas.split(",") if g.strip()]
+    except ValueError:
+        raise InputError(f"--gammas takes whole numbers separated by commas, got {args.gammas!r}") from None
+    if not gammas or not all(1 <= g <= 32 for g in gammas):
+        raise InputError("every γ in --gammas must be between 1 and 32")
+    if args.repeats < 1:
+        raise InputError("--repeats must be ≥ 1")
+    pair = load_pair(args.target, args.draft)
+    prompts = [encode_prompt(pair.tokenizer, p, not args.no_chat_template) for p in bench_prompts(args.prompts)]
+    result = run_bench(pair, prompts, gammas, args.max_new_tokens, args.repeats, progress=not args.json)
+    if args.csv:
+        write_csv(result, args.csv)
+    if args.plot:
+        write_plot(result, args.plot)
+    print(to_json(result) if args.json else format_table(result))
+
+
 def quiet_libraries() -> None:
     from transformers.utils import logging
 
@@ -168,7 +219,7 @@ def main(argv=None) -> int:
     if getattr(args, "json", False):
         quiet_libraries()
     try:
-        {"generate": cmd_generate, "sample": cmd_sample}[args.command](args)
+        {"generate": cmd_generate, "sample": cmd_sample, "bench": cmd_bench}[args.command](args)
     except SpecDemoError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -96,6 +96,43 @@ def speedup_figure(base: Sequence, spec: Sequence) -> go.Figure:
     return _layout(fig, "Running speedup over the baseline", "tokens", "× faster")
 
 
+def gamma_sweep_figure(rows: Sequence[dict]) -> go.Figure:
+    """Measured speedup over the baseline vs γ, the prediction from measured step times, and
+    the paper's curve (1 − α^(γ+1)) / ((1 − α)(γc + 1)) at the measured α and c."""
+    from .metrics import theoretical_speedup
+
+    spec = sorted((r for r in rows if r["engine"] == "specdemo-speculative"), key=lambda r: r["gamma"])
+    fig = go.Figure()
+    if spec:
+        g = [r["gamma"] for r in spec]
+        fig.add_scatter(
+            x=g,
+            y=[r["speedup_over_baseline"] for r in spec],
+            mode="lines+markers",
+            name="measured",
+            line=dict(color=COLOURS["speculative"]),
+        )
+        fig.add_scatter(
+            x=g,
+            y=[r["predicted_speedup"] for r in spec],
+            mode="lines+markers",
+            name="predicted from step times",
+            line=dict(dash="dash", color="#264653"),
+        )
+        alpha = sum(r["acceptance_rate"] for r in spec) / len(spec)
+        c = sum(r["cost_ratio"] for r in spec) / len(spec)
+        xs = list(range(1, max(g) + 3))
+        fig.add_scatter(
+            x=xs,
+            y=[theoretical_speedup(alpha, x, c) for x in xs],
+            mode="lines",
+            name=f"theory (α={alpha:.2f}, c={c:.2f})",
+            line=dict(color=COLOURS["theory"], dash="dot"),
+        )
+    fig.add_hline(y=1.0, line_dash="dot", line_color=COLOURS["baseline"])
+    return _layout(fig, "Speedup vs γ", "γ (draft tokens per step)", "× over the baseline", height=360)
+
+
 def live_figures(base: Sequence, spec: Sequence, spec_label: str = "speculative") -> tuple[go.Figure, ...]:
     return (
         race_figure(base, spec, spec_label),

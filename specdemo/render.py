@@ -79,9 +79,9 @@ def hover_text(span: dict, greedy: bool) -> str:
     return text
 
 
-def tokens_html(spans: Iterable[dict], greedy: bool = True) -> str:
-    """Inline coloured tokens. All token text is HTML-escaped."""
-    parts = []
+def tokens_html(spans: Iterable[dict], greedy: bool = True, prompt: str = "") -> str:
+    """Inline coloured tokens after the (grey) prompt. All text is HTML-escaped."""
+    parts = [f'<span class="prompt" style="color:#888">{html.escape(prompt)}</span>'] if prompt else []
     for span in spans:
         label, _, colour, _ = KINDS[span["kind"]]
         style = f"background:{colour};"

@@ -57,6 +57,20 @@ def split_stories(text: str) -> list[str]:
     return [s.strip() for s in stories if s.strip()]
 
 
+def heldout_stories(path: Path = DEFAULT_DATA, val_fraction: float = TrainConfig.val_fraction) -> list[str]:
+    stories = split_stories(path.read_text(encoding="utf-8"))
+    return stories[-max(1, int(len(stories) * val_fraction)) :]
+
+
+def heldout_openings(n: int = 20, words: int = 8, path: Path = DEFAULT_DATA) -> list[str]:
+    """The first ``words`` words of ``n`` held-out stories: prompts the models never trained on."""
+    from .errors import InputError
+
+    if not path.exists():
+        raise InputError(f"the training text {path} is not here: pass --prompts FILE instead")
+    return [" ".join(s.split()[:words]) for s in heldout_stories(path)[:n]]
+
+
 def train_tokenizer(stories: list[str], vocab_size: int, out: Path):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -217,8 +231,8 @@ def main(argv=None):
     torch.manual_seed(cfg.seed)
 
     stories = split_stories(args.data.read_text(encoding="utf-8"))
-    n_val = max(1, int(len(stories) * cfg.val_fraction))
-    train_stories, val_stories = stories[:-n_val], stories[-n_val:]
+    val_stories = heldout_stories(args.data, cfg.val_fraction)
+    train_stories = stories[: len(stories) - len(val_stories)]
     print(f"{len(stories)} stories: {len(train_stories)} train, {len(val_stories)} held out", flush=True)
 
     initial = None

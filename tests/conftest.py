@@ -107,3 +107,21 @@ def tiny_folders(tmp_path_factory):
         model.save_pretrained(folders[name])
         tokenizer.save_pretrained(folders[name])
     return folders
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server():
+    """The app, launched on localhost for the whole session."""
+    import app
+
+    _, url, _ = app.launch(prevent_thread_lock=True, server_port=free_port(), quiet=True)
+    yield url
+    app.demo.close()

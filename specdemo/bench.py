@@ -1,0 +1,254 @@
+"""``python -m specdemo bench``: specdemo against transformers on the same pair and prompts.
+
+Rows (greedy decoding, warm-up excluded, median over repeats):
+  specdemo-baseline, specdemo-speculative (each γ), specdemo-prompt-lookup (each γ),
+  transformers-generate, transformers-assisted (each γ, constant schedule),
+  transformers-prompt-lookup (each γ).
+For specdemo's speculative rows it also reports the measured step times and the predictions:
+  t_t  one target step (one token, cached)      t_d  one draft step
+  t_v  one target verify of γ+1 tokens         c = t_d / t_t
+  paper's speedup τ / (γc + 1)  (Leviathan et al.; assumes t_v = t_t)
+  predicted speedup τ·t_t / (γ·t_d + t_v), and measured / predicted (the engine's own overhead).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+from tqdm.auto import tqdm
+
+from .engine import DecodeConfig, Run, baseline_steps, run_all, speculative_steps
+from .kv import synchronize
+from .metrics import acceptance_rate, mean_accepted_tokens, predicted_speedup
+
+ENGINES = (
+    "specdemo-baseline",
+    "specdemo-speculative",
+    "specdemo-prompt-lookup",
+    "transformers-generate",
+    "transformers-assisted",
+    "transformers-prompt-lookup",
+)
+
+
+@dataclass
+class Row:
+    engine: str
+    gamma: int | None
+    tokens: int = 0
+    seconds: float = 0.0
+    acceptance_rate: float | None = None
+    mean_accepted_tokens: float | None = None
+    t_target: float | None = None
+    t_draft: float | None = None
+    t_verify: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def median_runs(make_runs, repeats: int) -> tuple[list[Run], float]:
+    """Run ``make_runs`` ``repeats`` times; keep the repeat with the median total time."""
+    trials = []
+    for _ in range(repeats):
+        runs, seconds = make_runs()
+        trials.append((seconds, runs))
+    trials.sort(key=lambda t: t[0])
+    seconds, runs = trials[len(trials) // 2]
+    return runs, seconds
+
+
+def steady(steps):
+    """Steps after the first (the first one also encodes the prompt)."""
+    return steps[1:] if len(steps) > 1 else steps
+
+
+def specdemo_row(engine, gamma, make_steps, prompts, repeats) -> Row:
+    def once():
+        runs = [run_all(make_steps(p)) for p in prompts]
+        return runs, sum(r.seconds for r in runs)
+
+    runs, seconds = median_runs(once, repeats)
+    steps = [s for r in runs for s in r.steps]
+    tail = [s for r in runs for s in steady(r.steps)]
+    row = Row(engine, gamma, sum(len(r.token_ids) for r in runs), seconds)
+    if engine == "specdemo-baseline":
+        row.t_target = statistics.median(s.verify_s for s in tail)
+    else:
+        row.acceptance_rate = acceptance_rate(steps)
+        row.mean_accepted_tokens = mean_accepted_tokens(steps)
+        row.t_verify = statistics.median(s.verify_s for s in tail)
+        drafted = sum(len(s.drafted) for s in tail)
+        row.t_draft = sum(s.draft_s for s in tail) / drafted if drafted else 0.0
+    return row
+
+
+def transformers_row(engine, gamma, target, prompts, max_new_tokens, repeats, **generate_kwargs) -> Row:
+    device = target.device
+
+    def once():
+        tokens, seconds = 0, 0.0
+        for p in prompts:
+            ids = torch.tensor([p], device=device)
+            synchronize(device)
+            start = time.perf_counter()
+            out = target.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, **generate_kwargs)
+            synchronize(device)
+            seconds += time.perf_counter() - start
+            tokens += out.shape[1] - len(p)
+        return tokens, seconds
+
+    trials = sorted(once() for _ in range(repeats))
+    tokens, seconds = trials[len(trials) // 2]
+    return Row(engine, gamma, tokens, seconds)
+
+
+def set_assistant(draft, gamma: int) -> None:
+    """transformers' assisted generation reads γ from the assistant's generation_config."""
+    draft.generation_config.num_assistant_tokens = gamma
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0  # no early stop: a fixed γ, like ours
+
+
+def run_bench(
+    pair, prompts: list[list[int]], gammas, max_new_tokens: int = 64, repeats: int = 3, progress: bool = True
+) -> dict:
+    base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
+    target, draft, eos = pair.target, pair.draft, pair.eos
+    pad = {"pad_token_id": next(iter(eos), 0)}
+    jobs = [("specdemo-baseline", None), ("transformers-generate", None)]
+    for g in gammas:
+        jobs += [(e, g) for e in ENGINES if e not in ("specdemo-baseline", "transformers-generate")]
+    # warm-up, not timed: one short run through each code path
+    warm = replace(base_cfg, max_new_tokens=min(8, max_new_tokens))
+    run_all(baseline_steps(target, prompts[0], warm, eos))
+    run_all(speculative_steps(target, draft, prompts[0], warm, eos))
+    set_assistant(draft, gammas[0])
+    target.generate(
+        torch.tensor([prompts[0]], device=target.device),
+        do_sample=False,
+        max_new_tokens=8,
+        assistant_model=draft,
+        **pad,
+    )
+
+    rows = []
+    for engine, g in tqdm(jobs, desc="bench", disable=not progress):
+        if engine.startswith("specdemo"):
+            method = "prompt-lookup" if engine.endswith("lookup") else "draft"
+            cfg = replace(base_cfg, gamma=g or 1, method=method)
+            if engine == "specdemo-baseline":
+                make = lambda p, cfg=cfg: baseline_steps(target, p, cfg, eos)
+            else:
+                make = lambda p, cfg=cfg: speculative_steps(target, draft, p, cfg, eos)
+            rows.append(specdemo_row(engine, g, make, prompts, repeats))
+        elif engine == "transformers-generate":
+            rows.append(transformers_row(engine, g, target, prompts, max_new_tokens, repeats, **pad))
+        elif engine == "transformers-assisted":
+            set_assistant(draft, g)
+            rows.append(
+                transformers_row(engine, g, target, prompts, max_new_tokens, repeats, assistant_model=draft, **pad)
+            )
+        else:
+            rows.append(
+                transformers_row(engine, g, target, prompts, max_new_tokens, repeats, prompt_lookup_num_tokens=g, **pad)
+            )
+    return summarise(rows, str(target.device))
+
+
+def summarise(rows: list[Row], device: str) -> dict:
+    by = {(r.engine, r.gamma): r for r in rows}
+    hf = by[("transformers-generate", None)].tokens_per_second
+    base = by[("specdemo-baseline", None)]
+    t_t = base.t_target
+    out = []
+    for r in rows:
+        d = {
+            "engine": r.engine,
+            "gamma": r.gamma,
+            "tokens": r.tokens,
+            "seconds": r.seconds,
+            "tokens_per_second": r.tokens_per_second,
+            "speedup": r.tokens_per_second / hf if hf else None,  # over transformers generate()
+            "acceptance_rate": r.acceptance_rate,
+            "mean_accepted_tokens": r.mean_accepted_tokens,
+            "t_target": t_t if r.engine.startswith("specdemo") else None,
+            "t_draft": r.t_draft,
+            "t_verify": r.t_verify,
+            "cost_ratio": None,
+            "paper_speedup": None,
+            "predicted_speedup": None,
+            "measured_over_predicted": None,
+        }
+        if r.engine == "specdemo-speculative" and t_t:
+            c = r.t_draft / t_t
+            predicted = predicted_speedup(r.mean_accepted_tokens, r.gamma, r.t_draft, t_t, r.t_verify)
+            measured = r.tokens_per_second / base.tokens_per_second
+            d |= {
+                "cost_ratio": c,
+                "paper_speedup": r.mean_accepted_tokens / (r.gamma * c + 1),
+                "predicted_speedup": predicted,
+                "speedup_over_baseline": measured,
+                "measured_over_predicted": measured / predicted if predicted else None,
+            }
+        elif r.engine == "specdemo-prompt-lookup":
+            d["speedup_over_baseline"] = r.tokens_per_second / base.tokens_per_second
+        out.append(d)
+    assisted = {r["gamma"]: r for r in out if r["engine"] == "transformers-assisted"}
+    for r in out:
+        if r["engine"] == "specdemo-speculative" and r["gamma"] in assisted:
+            r["over_transformers_assisted"] = r["tokens_per_second"] / assisted[r["gamma"]]["tokens_per_second"]
+    return {"rows": out, "device": device, "torch": torch.__version__}
+
+
+COLUMNS = [
+    ("engine", "{}"),
+    ("gamma", "{}"),
+    ("tokens_per_second", "{:.1f}"),
+    ("speedup", "{:.2f}x"),
+    ("acceptance_rate", "{:.2f}"),
+    ("mean_accepted_tokens", "{:.2f}"),
+    ("cost_ratio", "{:.3f}"),
+    ("paper_speedup", "{:.2f}"),
+    ("predicted_speedup", "{:.2f}"),
+    ("speedup_over_baseline", "{:.2f}"),
+    ("measured_over_predicted", "{:.2f}"),
+    ("over_transformers_assisted", "{:.2f}"),
+]
+
+
+def format_table(result: dict) -> str:
+    header = [c for c, _ in COLUMNS]
+    lines = [header]
+    for r in result["rows"]:
+        lines.append([fmt.format(r[c]) if r.get(c) is not None else "-" for c, fmt in COLUMNS])
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    text = ["  ".join(str(v).rjust(w) for v, w in zip(line, widths)) for line in lines]
+    r0 = next(r for r in result["rows"] if r["engine"] == "specdemo-baseline")
+    text.append(f"\nt_t (target step) = {r0['t_target'] * 1e3:.2f} ms on {result['device']}")
+    return "\n".join(text)
+
+
+def write_csv(result: dict, path) -> None:
+    keys = sorted({k for r in result["rows"] for k in r})
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(result["rows"])
+
+
+def write_plot(result: dict, path) -> None:
+    from .plots import gamma_sweep_figure
+
+    gamma_sweep_figure(result["rows"]).write_html(path, include_plotlyjs="cdn")
+
+
+def to_json(result: dict) -> str:
+    return json.dumps(result)

@@ -1,0 +1,107 @@
+"""The Gradio app: event functions called directly, then the server driven by gradio_client."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import plotly.graph_objects as go
+import pytest
+
+import app
+from specdemo.models import BUNDLED_DRAFT, BUNDLED_TARGET
+
+STORY = "once upon a time, there was a little"
+
+
+def run_inputs(**changes):
+    values = dict(
+        prompt=STORY,
+        target_id=BUNDLED_TARGET,
+        draft_id=BUNDLED_DRAFT,
+        quantization="none",
+        dtype="auto",
+        method_label="draft model",
+        gamma=4,
+        schedule="constant",
+        temperature=0.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+        max_new_tokens=24,
+        chat_template=False,
+    )
+    values.update(changes)
+    return values
+
+
+def last_output(**changes):
+    outputs = list(app.run(**run_inputs(**changes)))
+    assert outputs
+    return outputs[-1]
+
+
+def test_run_streams_both_panes_and_finishes():
+    base_html, spec_html, summary, race, acceptance, histogram, speedup, status = last_output()
+    assert status == "✅ done"
+    assert "tok-target" in base_html and "tok-accepted" in spec_html
+    assert "identical to baseline" in summary and "✓" in summary
+    assert all(isinstance(f, go.Figure) for f in (race, acceptance, histogram, speedup))
+    assert race.data[0].y[-1] == race.data[1].y[-1] == 24
+
+
+def test_naive_method_is_labelled_not_lossless():
+    *_, summary, race, _, _, _, status = last_output(method_label=next(k for k in app.METHOD_LABELS if "naive" in k))
+    assert status == "✅ done" and "NOT lossless" in summary
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"prompt": "   "}, "prompt is empty"),
+        ({"gamma": 0}, "between 1 and 32"),
+        ({"temperature": -1.0}, "temperature must be"),
+        ({"target_id": "no such/model!"}, "neither a local folder nor"),
+        ({"quantization": "4bit"}, "CUDA GPU"),
+        ({"max_new_tokens": 100000}, "max_new_tokens must be at most"),
+    ],
+)
+def test_bad_input_shows_a_message_not_a_traceback(changes, message):
+    outputs = list(app.run(**run_inputs(**changes)))
+    status = outputs[-1][-1]
+    assert status.startswith("⚠️") and message in status and "Traceback" not in status
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from gradio_client import Client
+
+    return Client(server, verbose=False)
+
+
+def test_compare_endpoint_returns_the_cli_json(client):
+    out = client.predict(prompt=STORY, max_new_tokens=20, gamma=4, temperature=0.0, seed=0, api_name="/compare")
+    assert set(out) == {"prompt_ids", "baseline", "speculative", "speedup"}
+    assert out["speculative"]["token_ids"] == out["baseline"]["token_ids"]
+    assert len(out["baseline"]["token_ids"]) == 20
+    assert 0 <= out["speculative"]["acceptance_rate"] <= 1
+
+
+def test_eight_concurrent_calls_all_complete(client):
+    prompts = [f"{STORY} {word}" for word in ("cat", "dog", "bird", "girl", "boy", "tree", "car", "ball")]
+    with ThreadPoolExecutor(8) as pool:
+        jobs = [
+            pool.submit(
+                client.predict, prompt=p, max_new_tokens=8, gamma=3, temperature=0.0, seed=i, api_name="/compare"
+            )
+            for i, p in enumerate(prompts)
+        ]
+        results = [j.result(timeout=300) for j in jobs]
+    assert all(r["speculative"]["token_ids"] == r["baseline"]["token_ids"] for r in results)
+    assert len({tuple(r["prompt_ids"]) for r in results}) == 8
+
+
+def test_bad_api_input_is_a_clear_error_and_the_next_call_works(client):
+    with pytest.raises(Exception, match="between 1 and 32"):
+        client.predict(prompt=STORY, max_new_tokens=8, gamma=99, temperature=0.0, seed=0, api_name="/compare")
+    out = client.predict(prompt=STORY, max_new_tokens=8, gamma=2, temperature=0.0, seed=0, api_name="/compare")
+    assert len(out["speculative"]["token_ids"]) == 8

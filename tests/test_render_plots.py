@@ -1,0 +1,109 @@
+"""Records → HTML and figures: colours, escaping, hover text, live plot data."""
+
+from __future__ import annotations
+
+from specdemo.engine import Step
+from specdemo.live import RaceState
+from specdemo.plots import live_figures, running_speedup
+from specdemo.render import legend_html, summary_html, token_spans, tokens_html
+
+WORDS = {1: "a", 2: "<b>", 3: "c", 4: "d", 5: "&e", 6: "f", 7: "g"}
+decode = WORDS.__getitem__
+
+
+def spec_steps():
+    # step 0: drafted [1, 2, 3], kept 1 then rejected 2 → correction 4
+    s0 = Step(
+        0,
+        drafted=[1, 2, 3],
+        q=[0.9, 0.8, 0.5],
+        p=[0.95, 0.2, 0.4],
+        draws=[0.3, 0.7],
+        accepted=1,
+        correction=4,
+        emitted=[1, 4],
+        draft_s=0.01,
+        verify_s=0.02,
+        rest_s=0.001,
+        new_tokens=2,
+        elapsed_s=0.031,
+    )
+    # step 1: drafted [5, 6], all kept → bonus 7
+    s1 = Step(
+        1,
+        drafted=[5, 6],
+        q=[0.5, 0.5],
+        p=[0.6, 0.9],
+        draws=[0.1, 0.2],
+        accepted=2,
+        bonus=7,
+        emitted=[5, 6, 7],
+        draft_s=0.01,
+        verify_s=0.02,
+        rest_s=0.001,
+        new_tokens=5,
+        elapsed_s=0.062,
+    )
+    return [s0, s1]
+
+
+def base_steps(n=5, dt=0.02):
+    return [
+        Step(i, emitted=[t], bonus=t, verify_s=dt, new_tokens=i + 1, elapsed_s=dt * (i + 1))
+        for i, t in enumerate([1, 4, 5, 6, 7][:n])
+    ]
+
+
+def test_spans_give_each_draft_its_verdict_in_place():
+    kinds = [(s["text"], s["kind"]) for s in token_spans(spec_steps(), decode)]
+    assert kinds == [
+        ("a", "accepted"),
+        ("<b>", "rejected"),
+        ("c", "rejected"),
+        ("d", "correction"),
+        ("&e", "accepted"),
+        ("f", "accepted"),
+        ("g", "bonus"),
+    ]
+
+
+def test_html_escapes_tokens_and_prompt_and_carries_hover_numbers():
+    html = tokens_html(token_spans(spec_steps(), decode), greedy=False, prompt="<script>alert(1)</script>")
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&lt;b&gt;" in html and "&amp;e" in html
+    assert 'class="tok tok-rejected"' in html and "line-through" in html
+    assert 'title="p=0.200  q=0.800  min(1, p/q)=0.250  u=0.700 ≥ p/q"' in html
+    assert "tok-correction" in html and "tok-bonus" in html
+
+
+def test_differences_from_the_baseline_are_marked():
+    spans = list(token_spans(spec_steps(), decode, reference=[1, 4, 5, 3, 7]))
+    flagged = [s["text"] for s in spans if s.get("differs")]
+    assert flagged == ["f"]  # position 3: baseline has 3 ("c"), speculative wrote 6 ("f")
+
+
+def test_legend_names_every_colour():
+    legend = legend_html()
+    for label in ("accepted", "rejected", "correction", "bonus"):
+        assert f"tok-{label}" in legend
+
+
+def test_summary_reports_identity_and_savings():
+    state = RaceState("draft", greedy=True, baseline=base_steps(), contender=spec_steps())
+    s = state.summary()
+    assert s["identical_so_far"] and s["target_forwards_saved"] == 3
+    assert s["acceptance_rate"] == 3 / 5 and s["mean_accepted_tokens"] == 2.5
+    assert "✓" in summary_html(s, greedy=True, lossless=True)
+    state.baseline[3].emitted = [3]
+    assert "✗ (token 3)" in summary_html(state.summary(), greedy=True, lossless=True)
+
+
+def test_live_figures_hold_the_race_and_keep_zoom():
+    race, acceptance, histogram, speedup = live_figures(base_steps(), spec_steps())
+    for fig in (race, acceptance, histogram, speedup):
+        assert fig.layout.uirevision == "keep"
+    assert list(race.data[1].y) == [0, 2, 5] and list(race.data[0].y) == [0, 1, 2, 3, 4, 5]
+    assert list(acceptance.data[0].y) == [1 / 3, 1.0] and list(acceptance.data[1].y) == [1 / 3, 3 / 5]
+    assert list(histogram.data[0].y) == [0, 1, 1]
+    # 5 tokens: baseline 0.100 s, speculative 0.062 s
+    assert running_speedup(base_steps(), spec_steps())[-1] == (5, 0.1 / 0.062)
