@@ -10,7 +10,7 @@ import json
 import sys
 from dataclasses import replace
 
-from .engine import DecodeConfig, baseline_steps, run_all, sample_many, speculative_steps
+from .engine import DecodeConfig, baseline_steps, decode_steps, run_all, sample_many
 from .errors import InputError, SpecDemoError
 from .metrics import acceptance_rate, mean_accepted_tokens
 from .models import BUNDLED_DRAFT, BUNDLED_TARGET, encode_prompt, load_pair
@@ -104,9 +104,9 @@ def compare(pair, prompt_ids: list[int], config: DecodeConfig, warmup: bool = Tr
     if warmup:  # one short untimed run of each, so that lazy initialisation is not timed
         short = replace(config, max_new_tokens=min(WARMUP_TOKENS, config.max_new_tokens))
         run_all(baseline_steps(pair.target, prompt_ids, short, pair.eos))
-        run_all(speculative_steps(pair.target, pair.draft, prompt_ids, short, pair.eos))
+        run_all(decode_steps(pair.target, pair.draft, prompt_ids, short, pair.eos))
     base = run_all(baseline_steps(pair.target, prompt_ids, config, pair.eos))
-    spec = run_all(speculative_steps(pair.target, pair.draft, prompt_ids, config, pair.eos))
+    spec = run_all(decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos))
     return base, spec
 
 

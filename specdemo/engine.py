@@ -20,8 +20,9 @@ from .drafters import MAX_GAMMA, SCHEDULES, Draft, ModelDrafter, PromptLookupDra
 from .errors import InputError
 from .kv import CachedLM, Stopwatch
 from .sampling import SamplingConfig, draw, draw_uniform, make_generator, to_probs, validate_sampling
+from .tree import TreeConfig, tree_steps
 
-METHODS = ("draft", "prompt-lookup")
+METHODS = ("draft", "prompt-lookup", "tree")
 
 
 @dataclass
@@ -34,6 +35,7 @@ class DecodeConfig:
     max_ngram: int = 3
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens_cap: int = 2048
+    tree: TreeConfig = field(default_factory=TreeConfig)  # method "tree": k, depth, nodes, threshold
 
 
 @dataclass
@@ -56,6 +58,9 @@ class Step:
     elapsed_s: float = 0.0  # compute time so far, this step's included
     finished: bool = False
     unverified: bool = False  # emitted by the draft alone, never checked (naive comparison only)
+    # Tree drafting: each drafted node's parent (−1 = root) and the accepted path of node indices.
+    tree_parents: list[int] = field(default_factory=list)
+    tree_path: list[int] = field(default_factory=list)
     # At a rejection, for the step inspector: top-10 (id, prob) of the residual, p and q.
     residual_top: list[tuple[int, float]] = field(default_factory=list)
     p_top: list[tuple[int, float]] = field(default_factory=list)
@@ -236,6 +241,20 @@ def speculative_steps(
             return
 
 
+def decode_steps(
+    target_model,
+    draft_model,
+    prompt_ids: list[int],
+    config: DecodeConfig,
+    eos: set[int] = frozenset(),
+    cancel: Callable[[], bool] | None = None,
+) -> Iterator[Step]:
+    """Speculative decoding by ``config.method``: a chain (draft model or prompt lookup) or a tree."""
+    if config.method == "tree":
+        return tree_steps(target_model, draft_model, prompt_ids, config, config.tree, eos, cancel)
+    return speculative_steps(target_model, draft_model, prompt_ids, config, eos, cancel)
+
+
 def baseline_steps(
     target_model,
     prompt_ids: list[int],
@@ -345,5 +364,5 @@ def sample_many(target_model, draft_model, prompt_ids, config: DecodeConfig, sam
     runs = []
     for i in range(samples):
         cfg = replace(config, sampling=replace(config.sampling, seed=config.sampling.seed + i))
-        runs.append(run_all(speculative_steps(target_model, draft_model, prompt_ids, cfg, eos)).token_ids)
+        runs.append(run_all(decode_steps(target_model, draft_model, prompt_ids, cfg, eos)).token_ids)
     return runs

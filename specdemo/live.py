@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .engine import DecodeConfig, Step, baseline_steps, naive_handoff_steps, race, speculative_steps
+from .engine import DecodeConfig, Step, baseline_steps, decode_steps, naive_handoff_steps, race
 from .metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
 
 # method shown in the UI → (description, lossless?)
@@ -78,7 +78,7 @@ def run_race(
         from dataclasses import replace
 
         cfg = replace(config, method=method)
-        contender = speculative_steps(pair.target, pair.draft, prompt_ids, cfg, pair.eos, cancel)
+        contender = decode_steps(pair.target, pair.draft, prompt_ids, cfg, pair.eos, cancel)
     baseline = baseline_steps(pair.target, prompt_ids, config, pair.eos, cancel)
     state = RaceState(method, config.sampling.greedy)
     for side, step in race(baseline, contender):

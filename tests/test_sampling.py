@@ -88,6 +88,8 @@ CASES = [
     ("far", "draft", SamplingConfig(temperature=1.0, seed=2)),
     ("far", "draft", SamplingConfig(temperature=0.8, top_k=5, top_p=0.9, seed=3)),
     ("near", "prompt-lookup", SamplingConfig(temperature=1.0, top_p=0.95, seed=4)),
+    ("far", "tree", SamplingConfig(temperature=1.0, seed=6)),
+    ("near", "tree", SamplingConfig(temperature=0.9, top_k=6, seed=7)),
 ]
 
 
