@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_engine import PROMPTS, reference
 from transformers import LlamaForCausalLM
 
 from specdemo.engine import DecodeConfig, decode_steps, eos_ids, run_all
 from specdemo.errors import ModelLoadError
 from specdemo.tree import TokenTree, TreeConfig, check_tree_attention, tree_mask, tree_positions
-
-from test_engine import PROMPTS, reference
 
 
 def hand_built_tree():
