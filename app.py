@@ -16,18 +16,32 @@ import functools
 import inspect
 import logging
 import os
+import tempfile
 import time
 
 import gradio as gr
 
+from specdemo import trace as traces
+from specdemo.bench import ENGINES, format_table, run_bench
 from specdemo.cli import compare, comparison_record
-from specdemo.engine import DecodeConfig
-from specdemo.errors import SpecDemoError
-from specdemo.live import run_race
+from specdemo.engine import DecodeConfig, decode_steps
+from specdemo.errors import InputError, SpecDemoError
+from specdemo.live import RaceState, run_race
+from specdemo.lossless import check_lossless
+from specdemo.metrics import acceptance_rate, mean_accepted_tokens
 from specdemo.models import PRESETS, QUANTIZATIONS, LoadOptions, default_preset_name, encode_prompt, load_pair
-from specdemo.plots import live_figures
-from specdemo.render import legend_html, summary_html, token_spans, tokens_html
+from specdemo.plots import (
+    distribution_figure,
+    gamma_sweep_figure,
+    live_figures,
+    lossless_figure,
+    theory_figure,
+    time_breakdown_figure,
+    tree_figure,
+)
+from specdemo.render import legend_html, step_table_html, summary_html, token_spans, tokens_html
 from specdemo.sampling import SamplingConfig
+from specdemo.tree import TreeConfig
 
 try:  # on Hugging Face ZeroGPU Spaces, GPU work must run inside @spaces.GPU
     import spaces
@@ -44,6 +58,7 @@ UPDATE_EVERY_S = 0.12  # at most ~8 screen updates a second; every step is still
 METHOD_LABELS = {
     "draft model": "draft",
     "prompt lookup": "prompt-lookup",
+    "token tree": "tree",
     "naive: draft writes half, target continues (NOT lossless)": "naive",
 }
 DTYPE_CHOICES = ["auto", "float32", "float16", "bfloat16"]
@@ -73,121 +88,148 @@ def friendly(error: Exception) -> str:
     return f"unexpected error ({type(error).__name__}): {error}"
 
 
-def prepare(
-    prompt,
-    target_id,
-    draft_id,
-    quantization,
-    dtype,
-    method,
-    gamma,
-    schedule,
-    temperature,
-    top_k,
-    top_p,
-    seed,
-    max_new_tokens,
-    chat_template=True,
-):
-    """Inputs → (pair, prompt ids, DecodeConfig). Raises SpecDemoError with a clear message."""
-    from specdemo.errors import InputError
+class Settings:
+    """The run inputs, in the order of ``SETTING_NAMES``, as one object."""
 
-    if not (prompt or "").strip():
+    def __init__(self, *values):
+        self.__dict__.update(zip(SETTING_NAMES, values))
+
+    @property
+    def method(self) -> str:
+        return METHOD_LABELS.get(self.method_label, self.method_label)
+
+    def config(self) -> DecodeConfig:
+        return DecodeConfig(
+            max_new_tokens=int(self.max_new_tokens),
+            gamma=int(self.gamma),
+            schedule=self.schedule,
+            method="draft" if self.method == "naive" else self.method,
+            max_new_tokens_cap=MAX_NEW_TOKENS,
+            sampling=SamplingConfig(float(self.temperature), int(self.top_k or 0), float(self.top_p), int(self.seed)),
+            tree=TreeConfig(int(self.tree_k), int(self.tree_depth), int(self.tree_nodes)),
+        )
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in SETTING_NAMES}
+
+
+SETTING_NAMES = [
+    "prompt",
+    "target_id",
+    "draft_id",
+    "quantization",
+    "dtype",
+    "method_label",
+    "gamma",
+    "schedule",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "max_new_tokens",
+    "chat_template",
+    "tree_k",
+    "tree_depth",
+    "tree_nodes",
+]
+
+
+def prepare(s: Settings):
+    """Settings → (pair, prompt ids, DecodeConfig); raises SpecDemoError with a clear message."""
+    if not (s.prompt or "").strip():
         raise InputError("the prompt is empty: type some text to continue")
-    if not (target_id or "").strip():
+    if not (s.target_id or "").strip():
         raise InputError("no target model: pick a preset or type a model id under Advanced")
-    needs_draft = method in ("draft", "naive")
-    if needs_draft and not (draft_id or "").strip():
+    needs_draft = s.method != "prompt-lookup"
+    if needs_draft and not (s.draft_id or "").strip():
         raise InputError("this method needs a draft model: type one under Advanced, or use prompt lookup")
-    options = LoadOptions(dtype=dtype or "auto", quantization=quantization or "none")
-    pair = load_pair(
-        target_id.strip(), draft_id.strip() if needs_draft else None, options, LoadOptions(dtype=options.dtype)
-    )
-    config = DecodeConfig(
-        max_new_tokens=int(max_new_tokens),
-        gamma=int(gamma),
-        schedule=schedule,
-        method="draft" if method == "naive" else method,
-        max_new_tokens_cap=MAX_NEW_TOKENS,
-        sampling=SamplingConfig(float(temperature), int(top_k), float(top_p), int(seed)),
-    )
-    ids = encode_prompt(pair.tokenizer, prompt, chat_template=chat_template)
-    return pair, ids, config
+    config = s.config()  # before loading: bad numbers fail fast
+    options = LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")
+    draft = s.draft_id.strip() if needs_draft else None
+    pair = load_pair(s.target_id.strip(), draft, options, LoadOptions(dtype=options.dtype))
+    return pair, encode_prompt(pair.tokenizer, s.prompt, chat_template=bool(s.chat_template)), config
 
 
 def decoder(tokenizer):
     return functools.lru_cache(maxsize=65536)(lambda t: tokenizer.decode([t]))
 
 
-def render_state(state, decode, prompt: str, status: str):
-    base_html = tokens_html(token_spans(state.baseline, decode), state.greedy, prompt)
+def render_state(state: RaceState, decode, prompt: str):
+    """A race state → the two panes, the summary and the five live plots."""
     reference = state.tokens("baseline")
-    spec_html = tokens_html(token_spans(state.contender, decode, reference), state.greedy, prompt)
     label = "naive (not lossless)" if state.method == "naive" else "speculative"
     return (
-        base_html,
-        spec_html,
+        tokens_html(token_spans(state.baseline, decode), state.greedy, prompt),
+        tokens_html(token_spans(state.contender, decode, reference), state.greedy, prompt),
         summary_html(state.summary(), state.greedy, state.lossless),
         *live_figures(state.baseline, state.contender, label),
-        status,
+        time_breakdown_figure(state.contender),
     )
 
 
-N_OUTPUTS = 8  # base pane, speculative pane, summary, four plots, status
+N_RENDERED = 8  # panes (2), summary, plots (5)
 
 
 def error_outputs(message: str):
-    return (gr.skip(),) * (N_OUTPUTS - 1) + (f"⚠️ {message}",)
+    return (gr.skip(),) * N_RENDERED + (f"⚠️ {message}", gr.skip())
 
 
 @gpu
-def run(
-    prompt,
-    target_id,
-    draft_id,
-    quantization,
-    dtype,
-    method_label,
-    gamma,
-    schedule,
-    temperature,
-    top_k,
-    top_p,
-    seed,
-    max_new_tokens,
-    chat_template,
-    progress=gr.Progress(track_tqdm=True),
-):
+def run(*values, progress=gr.Progress(track_tqdm=True)):
     """The Run button: stream both panes, the summary and the plots as the race goes on."""
-    method = METHOD_LABELS.get(method_label, "draft")
+    s = Settings(*values)
     try:
         progress(0, desc="loading models (first time only)")
-        pair, ids, config = prepare(
-            prompt,
-            target_id,
-            draft_id,
-            quantization,
-            dtype,
-            method,
-            gamma,
-            schedule,
-            temperature,
-            top_k,
-            top_p,
-            seed,
-            max_new_tokens,
-            chat_template,
-        )
+        pair, ids, config = prepare(s)
         decode = decoder(pair.tokenizer)
         last = 0.0
-        for state in run_race(pair, ids, config, method):
+        for state in run_race(pair, ids, config, s.method):
             now = time.perf_counter()
-            if state.done or now - last >= UPDATE_EVERY_S:
+            if state.done:
+                trace = traces.to_trace(state, s.as_dict(), decode, str(pair.target.device))
+                yield (*render_state(state, decode, s.prompt), "✅ done", trace)
+            elif now - last >= UPDATE_EVERY_S:
                 last = now
-                status = "✅ done" if state.done else "⏳ running…"
-                yield render_state(state, decode, prompt, status)
+                yield (*render_state(state, decode, s.prompt), "⏳ running…", gr.skip())
     except Exception as error:  # shown in the UI; the app keeps serving
         yield error_outputs(friendly(error))
+
+
+def replay(path):
+    """Load an exported trace and play it back on its recorded clock (no model needed)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            state, decode, settings = traces.from_trace(f.read())
+    except OSError as error:
+        yield error_outputs(f"cannot read the file: {error.strerror}")
+        return
+    except SpecDemoError as error:
+        yield error_outputs(str(error))
+        return
+    prompt = settings.get("prompt", "")
+    events = sorted(
+        [(s.elapsed_s, "b", s) for s in state.baseline] + [(s.elapsed_s, "s", s) for s in state.contender],
+        key=lambda e: e[0],
+    )
+    shown = RaceState(state.method, state.greedy)
+    start, last = time.perf_counter(), 0.0
+    for t, side, step in events:
+        (shown.baseline if side == "b" else shown.contender).append(step)
+        time.sleep(max(0.0, min(t, 30.0) - (time.perf_counter() - start)))  # the recorded clock
+        if time.perf_counter() - last >= UPDATE_EVERY_S:
+            last = time.perf_counter()
+            yield (*render_state(shown, decode, prompt), "⏯ replaying a trace…", gr.skip())
+    trace = traces.to_trace(state, settings, decode)
+    yield (*render_state(state, decode, prompt), "✅ replayed from the trace (no model ran)", trace)
+
+
+def export_trace(trace):
+    if not trace:
+        raise gr.Error("nothing to export yet: run once first")
+    path = os.path.join(tempfile.mkdtemp(prefix="specdemo-"), "specdemo-trace.json")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(traces.dumps(trace))
+    return path
 
 
 @gpu
@@ -205,11 +247,11 @@ def compare_api(
     """Baseline vs speculative on one prompt; returns the JSON of `python -m specdemo generate --json`."""
     try:
         if preset not in PRESETS:
-            raise SpecDemoError(f"unknown preset {preset!r}: one of {', '.join(PRESETS)}")
-        if method not in ("draft", "prompt-lookup"):
-            raise SpecDemoError("method must be draft or prompt-lookup")
+            raise InputError(f"unknown preset {preset!r}: one of {', '.join(PRESETS)}")
+        if method not in ("draft", "prompt-lookup", "tree"):
+            raise InputError("method must be draft, prompt-lookup or tree")
         p = PRESETS[preset]
-        pair, ids, config = prepare(
+        s = Settings(
             prompt,
             p.target,
             p.draft,
@@ -224,11 +266,160 @@ def compare_api(
             seed,
             max_new_tokens,
             p.chat_template,
+            2,
+            4,
+            12,
         )
+        pair, ids, config = prepare(s)
         base, spec = compare(pair, ids, config)
         return comparison_record(pair.tokenizer, ids, base.steps, spec.steps)
     except Exception as error:
         raise gr.Error(friendly(error)) from error
+
+
+# ---------------------------------------------------------------- step inspector
+
+
+def inspector_view(steps, decode, greedy, index):
+    if not steps:
+        return "<p>No steps yet.</p>", None, gr.update(maximum=1, value=0)
+    index = max(0, min(int(index), len(steps) - 1))
+    step = steps[index]
+    if step.tree_parents:
+        figure = tree_figure(step, decode)
+    elif step.residual_top:
+        figure = distribution_figure(step, decode)
+    else:
+        figure = None
+    text = tokens_html(token_spans(steps[: index + 1], decode), greedy)
+    return step_table_html(step, decode, greedy) + "<hr>" + text, figure, gr.update(maximum=len(steps) - 1, value=index)
+
+
+@gpu
+def stepper_start(*values, progress=gr.Progress(track_tqdm=True)):
+    """Start a speculative run that advances one step per click."""
+    s = Settings(*values)
+    try:
+        if s.method == "naive":
+            raise InputError("the step inspector follows speculative decoding: pick draft model, prompt lookup or tree")
+        pair, ids, config = prepare(s)
+        session = {
+            "steps": [],
+            "decode": decoder(pair.tokenizer),
+            "greedy": config.sampling.greedy,
+            "gen": decode_steps(pair.target, pair.draft, ids, config, pair.eos),
+        }
+        return stepper_next(session)
+    except Exception as error:
+        return None, f"⚠️ {friendly(error)}", None, gr.skip()
+
+
+def stepper_next(session):
+    if not session or "gen" not in session:
+        return session, "Press *Start step-by-step* first (or *Inspect the last run*).", None, gr.skip()
+    try:
+        step = next(session["gen"], None)
+    except Exception as error:
+        return session, f"⚠️ {friendly(error)}", None, gr.skip()
+    if step is not None:
+        session["steps"].append(step)
+    html, figure, slider = inspector_view(
+        session["steps"], session["decode"], session["greedy"], len(session["steps"]) - 1
+    )
+    if step is None or step.finished:
+        html = "<p><b>Finished.</b></p>" + html
+    return session, html, figure, slider
+
+
+def inspect_last(trace):
+    if not trace:
+        return None, "Run once first: the last run's steps appear here.", None, gr.skip()
+    state, decode, _ = traces.from_trace(trace)
+    session = {"steps": state.contender, "decode": decode, "greedy": state.greedy}
+    html, figure, slider = inspector_view(session["steps"], decode, state.greedy, 0)
+    return session, html, figure, slider
+
+
+def inspector_goto(session, index):
+    if not session:
+        return gr.skip(), gr.skip()
+    html, figure, _ = inspector_view(session["steps"], session["decode"], session["greedy"], index)
+    return html, figure
+
+
+# ---------------------------------------------------------------- benchmark, theory, losslessness
+
+
+@gpu
+def benchmark(*values, gammas="1,2,3,4,6,8", repeats=1, with_transformers=False, progress=gr.Progress(track_tqdm=True)):
+    s = Settings(*values)
+    try:
+        try:
+            gamma_list = [int(g) for g in str(gammas).split(",") if g.strip()]
+        except ValueError:
+            raise InputError("γ values: whole numbers separated by commas, e.g. 1,2,4,8") from None
+        if not gamma_list or not all(1 <= g <= 32 for g in gamma_list):
+            raise InputError("every γ must be between 1 and 32")
+        s.method_label = "draft"
+        pair, ids, _ = prepare(s)
+        engines = ENGINES if with_transformers else ("specdemo-baseline", "specdemo-speculative")
+        result = run_bench(pair, [ids], gamma_list, int(s.max_new_tokens), int(repeats), progress=True, engines=engines)
+        return gamma_sweep_figure(result["rows"]), f"<pre>{format_table(result)}</pre>"
+    except Exception as error:
+        return None, f"⚠️ {friendly(error)}"
+
+
+def measured_point(trace):
+    """α, γ, c, τ and speedup of the last run, for the theory tab."""
+    if not trace or trace["method"] == "naive":
+        return None
+    state, _, settings = traces.from_trace(trace)
+    spec, base = state.contender, state.baseline
+    drafted = sum(len(s.drafted) for s in spec[1:])
+    t_d = sum(s.draft_s for s in spec[1:]) / drafted if drafted else 0.0
+    t_t = sorted(s.verify_s for s in base[1:])[len(base[1:]) // 2] if len(base) > 1 else 0.0
+    return {
+        "alpha": acceptance_rate(spec),
+        "gamma": int(settings.get("gamma", 4)),
+        "c": t_d / t_t if t_t else 0.0,
+        "tau": mean_accepted_tokens(spec),
+        "speedup": state.summary()["speedup"],
+    }
+
+
+def theory(alpha, gamma, c, trace):
+    return theory_figure(float(alpha), int(gamma), float(c), measured_point(trace))
+
+
+def theory_from_last(trace):
+    point = measured_point(trace)
+    if not point:
+        raise gr.Error("run a speculative method once first")
+    return round(point["alpha"], 3), point["gamma"], round(min(point["c"], 1.0), 3)
+
+
+@gpu
+def lossless(*values, samples=300, k=2, temperature=1.0, progress=gr.Progress()):
+    s = Settings(*values)
+    try:
+        if s.method == "naive":
+            raise InputError("pick draft model, prompt lookup or tree: the naive method is known not to be lossless")
+        s.temperature = temperature
+        pair, ids, config = prepare(s)
+        check = check_lossless(
+            pair,
+            ids,
+            config,
+            int(samples),
+            int(k),
+            progress=lambda done, total: progress(done / total, desc="sampling"),
+        )
+        verdict = (
+            "no evidence of a difference" if check.p_value > 0.01 else "the distributions differ: that would be a bug"
+        )
+        return lossless_figure(check, decoder(pair.tokenizer)), f"χ² p-value **{check.p_value:.3f}**: {verdict}."
+    except Exception as error:
+        return None, f"⚠️ {friendly(error)}"
 
 
 def preset_fields(name: str):
@@ -251,8 +442,10 @@ CSS = """
 .tok { border-radius: 3px; }
 .pane { min-height: 180px; border: 1px solid #ddd; border-radius: 8px; padding: 10px; }
 .legend { margin: 4px 0 8px; font-size: 13px; }
-table.summary th { text-align: left; padding-right: 12px; }
+table.summary th, table.inspector th { text-align: left; padding-right: 12px; }
 table.summary td.value { font-weight: bold; padding-right: 12px; }
+table.inspector tr.accepted { background: #c8f7c5; }
+table.inspector tr.rejected { background: #f8c4c4; }
 """
 
 INTRO = """# Speculative decoding, side by side
@@ -267,6 +460,7 @@ def build_demo() -> gr.Blocks:
     first = PRESETS[PRESET]
     with gr.Blocks(title="specdemo: speculative decoding") as demo:
         gr.Markdown(INTRO)
+        last_trace = gr.State(None)
         with gr.Row():
             with gr.Column(scale=3):
                 prompt = gr.Textbox(label="Prompt", value=first.examples[0] if first.examples else "", lines=2)
@@ -285,6 +479,11 @@ def build_demo() -> gr.Blocks:
             top_k = gr.Number(value=0, precision=0, label="top-k (0 = off)", minimum=0)
             top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
             seed = gr.Number(value=0, precision=0, label="Seed")
+        with gr.Accordion("Token tree options (method: token tree)", open=False):
+            with gr.Row():
+                tree_k = gr.Slider(1, 8, value=2, step=1, label="children per node (k)")
+                tree_depth = gr.Slider(1, 16, value=4, step=1, label="depth")
+                tree_nodes = gr.Slider(1, 64, value=12, step=1, label="nodes kept (N)")
         with gr.Accordion("Advanced: models", open=False):
             with gr.Row():
                 target_id = gr.Textbox(first.target, label="Target (hub id or local folder)")
@@ -297,29 +496,7 @@ def build_demo() -> gr.Blocks:
                 )
                 dtype = gr.Radio(DTYPE_CHOICES, value=first.target_options.dtype, label="dtype")
                 chat_template = gr.Checkbox(first.chat_template, label="Apply the chat template")
-        with gr.Row():
-            run_btn = gr.Button("Run", variant="primary")
-            stop_btn = gr.Button("Stop", variant="stop")
-        status = gr.Markdown("", elem_id="status")
-        with gr.Row():
-            with gr.Column():
-                gr.Markdown("### Baseline: the target alone")
-                base_pane = gr.HTML("", elem_id="baseline-pane", elem_classes="pane")
-            with gr.Column():
-                gr.Markdown("### Speculative")
-                gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified")))
-                spec_pane = gr.HTML("", elem_id="speculative-pane", elem_classes="pane")
-        summary = gr.HTML("", elem_id="summary")
-        with gr.Row():
-            race_plot = gr.Plot(label="race", elem_id="race-plot")
-            speedup_plot = gr.Plot(label="speedup", elem_id="speedup-plot")
-        with gr.Row():
-            acceptance_plot = gr.Plot(label="acceptance", elem_id="acceptance-plot")
-            histogram_plot = gr.Plot(label="accepted length", elem_id="histogram-plot")
-
-        preset.change(preset_fields, preset, [target_id, draft_id, quantization, dtype, chat_template, example, prompt])
-        example.change(lambda e: e or gr.skip(), example, prompt)
-        inputs = [
+        settings = [
             prompt,
             target_id,
             draft_id,
@@ -334,10 +511,128 @@ def build_demo() -> gr.Blocks:
             seed,
             max_new_tokens,
             chat_template,
+            tree_k,
+            tree_depth,
+            tree_nodes,
         ]
-        outputs = [base_pane, spec_pane, summary, race_plot, acceptance_plot, histogram_plot, speedup_plot, status]
-        run_event = run_btn.click(run, inputs, outputs, concurrency_id="models", api_visibility="private")
+        assert len(settings) == len(SETTING_NAMES)
+
+        with gr.Tabs():
+            with gr.Tab("Race"):
+                with gr.Row():
+                    run_btn = gr.Button("Run", variant="primary")
+                    stop_btn = gr.Button("Stop", variant="stop")
+                status = gr.Markdown("", elem_id="status")
+                with gr.Row():
+                    with gr.Column():
+                        gr.Markdown("### Baseline: the target alone")
+                        base_pane = gr.HTML("", elem_id="baseline-pane", elem_classes="pane")
+                    with gr.Column():
+                        gr.Markdown("### Speculative")
+                        gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified")))
+                        spec_pane = gr.HTML("", elem_id="speculative-pane", elem_classes="pane")
+                summary = gr.HTML("", elem_id="summary")
+                with gr.Row():
+                    race_plot = gr.Plot(label="race", elem_id="race-plot")
+                    speedup_plot = gr.Plot(label="speedup", elem_id="speedup-plot")
+                with gr.Row():
+                    acceptance_plot = gr.Plot(label="acceptance", elem_id="acceptance-plot")
+                    histogram_plot = gr.Plot(label="accepted length", elem_id="histogram-plot")
+                breakdown_plot = gr.Plot(label="time breakdown", elem_id="breakdown-plot")
+                with gr.Row():
+                    export_btn = gr.DownloadButton("Download the last run (JSON trace)")
+                    trace_file = gr.File(
+                        label="Replay a trace (no model needed)", file_types=[".json"], type="filepath"
+                    )
+            with gr.Tab("Step inspector"):
+                gr.Markdown(
+                    "Walk through speculative decoding one target forward at a time: what was drafted, "
+                    "the test each token went through, and at a rejection where the correction comes from."
+                )
+                with gr.Row():
+                    step_start = gr.Button("Start step-by-step", variant="primary")
+                    step_next = gr.Button("Next step")
+                    step_last = gr.Button("Inspect the last run")
+                step_slider = gr.Slider(0, 1, value=0, step=1, label="step")
+                step_html = gr.HTML("", elem_id="inspector")
+                step_plot = gr.Plot(label="step detail")
+                stepper = gr.State(None)
+            with gr.Tab("Benchmark"):
+                with gr.Row():
+                    bench_gammas = gr.Textbox("1,2,3,4,6,8", label="γ values")
+                    bench_repeats = gr.Slider(1, 5, value=1, step=1, label="repeats (median)")
+                    bench_hf = gr.Checkbox(False, label="also time transformers generate / assisted / prompt lookup")
+                bench_btn = gr.Button("Run the γ sweep on this prompt", variant="primary")
+                bench_plot = gr.Plot(label="speedup vs γ")
+                bench_table = gr.HTML("")
+            with gr.Tab("Theory"):
+                gr.Markdown(
+                    "Expected tokens per target forward (1 − α^(γ+1)) / (1 − α) and speedup "
+                    "(1 − α^(γ+1)) / ((1 − α)(γc + 1)), with α the acceptance rate and c the draft's cost "
+                    "relative to the target. The × marks the last measured run."
+                )
+                with gr.Row():
+                    alpha = gr.Slider(0, 1, value=0.8, step=0.01, label="α (acceptance)")
+                    theory_gamma = gr.Slider(1, 32, value=4, step=1, label="γ")
+                    cost = gr.Slider(0, 1, value=0.1, step=0.01, label="c (draft step / target step)")
+                theory_last = gr.Button("Use the last run's α, γ, c")
+                theory_plot = gr.Plot(label="theory")
+            with gr.Tab("Losslessness check"):
+                gr.Markdown(
+                    "Sample the first k tokens many times with the target alone and with speculative "
+                    "decoding (this seed onwards), and compare the two distributions with a χ² test."
+                )
+                with gr.Row():
+                    check_samples = gr.Slider(50, 2000, value=300, step=50, label="samples per side")
+                    check_k = gr.Slider(1, 4, value=2, step=1, label="first k tokens")
+                    check_temperature = gr.Slider(0.1, 2, value=1.0, step=0.05, label="temperature")
+                check_btn = gr.Button("Run the check", variant="primary")
+                check_text = gr.Markdown("")
+                check_plot = gr.Plot(label="histograms")
+
+        preset.change(preset_fields, preset, [target_id, draft_id, quantization, dtype, chat_template, example, prompt])
+        example.change(lambda e: e or gr.skip(), example, prompt)
+        outputs = [
+            base_pane,
+            spec_pane,
+            summary,
+            race_plot,
+            acceptance_plot,
+            histogram_plot,
+            speedup_plot,
+            breakdown_plot,
+            status,
+            last_trace,
+        ]
+        run_event = run_btn.click(run, settings, outputs, concurrency_id="models", api_visibility="private")
         stop_btn.click(lambda: "⏹ stopped", None, status, cancels=[run_event], queue=False)
+        export_btn.click(export_trace, last_trace, export_btn, api_visibility="private")
+        trace_file.upload(replay, trace_file, outputs, api_visibility="private")
+
+        inspector_out = [stepper, step_html, step_plot, step_slider]
+        step_start.click(stepper_start, settings, inspector_out, concurrency_id="models", api_visibility="private")
+        step_next.click(stepper_next, stepper, inspector_out, concurrency_id="models", api_visibility="private")
+        step_last.click(inspect_last, last_trace, inspector_out, api_visibility="private")
+        step_slider.release(inspector_goto, [stepper, step_slider], [step_html, step_plot], api_visibility="private")
+
+        bench_btn.click(
+            lambda *v: benchmark(*v[:-3], gammas=v[-3], repeats=v[-2], with_transformers=v[-1]),
+            settings + [bench_gammas, bench_repeats, bench_hf],
+            [bench_plot, bench_table],
+            concurrency_id="models",
+            api_visibility="private",
+        )
+        for control in (alpha, theory_gamma, cost):
+            control.change(theory, [alpha, theory_gamma, cost, last_trace], theory_plot, api_visibility="private")
+        theory_last.click(theory_from_last, last_trace, [alpha, theory_gamma, cost], api_visibility="private")
+        demo.load(theory, [alpha, theory_gamma, cost, last_trace], theory_plot, api_visibility="private")
+        check_btn.click(
+            lambda *v: lossless(*v[:-3], samples=v[-3], k=v[-2], temperature=v[-1]),
+            settings + [check_samples, check_k, check_temperature],
+            [check_plot, check_text],
+            concurrency_id="models",
+            api_visibility="private",
+        )
         gr.api(compare_api, api_name="compare", concurrency_id="models")
     demo.queue(max_size=MAX_QUEUE, default_concurrency_limit=CONCURRENCY)
     return demo

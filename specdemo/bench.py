@@ -2,6 +2,7 @@
 
 Rows (greedy decoding, warm-up excluded, median over repeats):
   specdemo-baseline, specdemo-speculative (each γ), specdemo-prompt-lookup (each γ),
+  specdemo-tree (each γ: a token tree of γ nodes, k = 2, the chain's draft budget),
   transformers-generate, transformers-assisted (each γ, constant schedule),
   transformers-prompt-lookup (each γ).
 For specdemo's speculative rows it also reports the measured step times and the predictions:
@@ -22,14 +23,16 @@ from dataclasses import dataclass, field, replace
 import torch
 from tqdm.auto import tqdm
 
-from .engine import DecodeConfig, Run, baseline_steps, run_all, speculative_steps
+from .engine import DecodeConfig, Run, baseline_steps, decode_steps, run_all, speculative_steps
 from .kv import synchronize
 from .metrics import acceptance_rate, mean_accepted_tokens, predicted_speedup
+from .tree import TreeConfig
 
 ENGINES = (
     "specdemo-baseline",
     "specdemo-speculative",
     "specdemo-prompt-lookup",
+    "specdemo-tree",
     "transformers-generate",
     "transformers-assisted",
     "transformers-prompt-lookup",
@@ -118,36 +121,47 @@ def set_assistant(draft, gamma: int) -> None:
 
 
 def run_bench(
-    pair, prompts: list[list[int]], gammas, max_new_tokens: int = 64, repeats: int = 3, progress: bool = True
+    pair,
+    prompts: list[list[int]],
+    gammas,
+    max_new_tokens: int = 64,
+    repeats: int = 3,
+    progress: bool = True,
+    engines=ENGINES,
 ) -> dict:
+    """Time every engine of ``engines`` (specdemo-baseline always: the predictions need t_t)."""
     base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
     target, draft, eos = pair.target, pair.draft, pair.eos
     pad = {"pad_token_id": next(iter(eos), 0)}
-    jobs = [("specdemo-baseline", None), ("transformers-generate", None)]
+    jobs = [("specdemo-baseline", None)]
+    if "transformers-generate" in engines:
+        jobs.append(("transformers-generate", None))
     for g in gammas:
-        jobs += [(e, g) for e in ENGINES if e not in ("specdemo-baseline", "transformers-generate")]
+        jobs += [(e, g) for e in engines if e not in ("specdemo-baseline", "transformers-generate")]
     # warm-up, not timed: one short run through each code path
     warm = replace(base_cfg, max_new_tokens=min(8, max_new_tokens))
     run_all(baseline_steps(target, prompts[0], warm, eos))
     run_all(speculative_steps(target, draft, prompts[0], warm, eos))
-    set_assistant(draft, gammas[0])
-    target.generate(
-        torch.tensor([prompts[0]], device=target.device),
-        do_sample=False,
-        max_new_tokens=8,
-        assistant_model=draft,
-        **pad,
-    )
+    if any(e.startswith("transformers") for e in engines):
+        set_assistant(draft, gammas[0])
+        target.generate(
+            torch.tensor([prompts[0]], device=target.device),
+            do_sample=False,
+            max_new_tokens=8,
+            assistant_model=draft,
+            **pad,
+        )
 
     rows = []
     for engine, g in tqdm(jobs, desc="bench", disable=not progress):
         if engine.startswith("specdemo"):
-            method = "prompt-lookup" if engine.endswith("lookup") else "draft"
-            cfg = replace(base_cfg, gamma=g or 1, method=method)
+            method = {"specdemo-prompt-lookup": "prompt-lookup", "specdemo-tree": "tree"}.get(engine, "draft")
+            # the tree gets the chain's draft budget: γ nodes (k = 2 children, depth up to γ)
+            cfg = replace(base_cfg, gamma=g or 1, method=method, tree=TreeConfig(2, g or 1, g or 1))
             if engine == "specdemo-baseline":
                 make = lambda p, cfg=cfg: baseline_steps(target, p, cfg, eos)
             else:
-                make = lambda p, cfg=cfg: speculative_steps(target, draft, p, cfg, eos)
+                make = lambda p, cfg=cfg: decode_steps(target, draft, p, cfg, eos)
             rows.append(specdemo_row(engine, g, make, prompts, repeats))
         elif engine == "transformers-generate":
             rows.append(transformers_row(engine, g, target, prompts, max_new_tokens, repeats, **pad))
@@ -165,7 +179,8 @@ def run_bench(
 
 def summarise(rows: list[Row], device: str) -> dict:
     by = {(r.engine, r.gamma): r for r in rows}
-    hf = by[("transformers-generate", None)].tokens_per_second
+    hf_row = by.get(("transformers-generate", None))
+    hf = hf_row.tokens_per_second if hf_row else None
     base = by[("specdemo-baseline", None)]
     t_t = base.t_target
     out = []
@@ -198,7 +213,7 @@ def summarise(rows: list[Row], device: str) -> dict:
                 "speedup_over_baseline": measured,
                 "measured_over_predicted": measured / predicted if predicted else None,
             }
-        elif r.engine == "specdemo-prompt-lookup":
+        elif r.engine in ("specdemo-prompt-lookup", "specdemo-tree"):
             d["speedup_over_baseline"] = r.tokens_per_second / base.tokens_per_second
         out.append(d)
     assisted = {r["gamma"]: r for r in out if r["engine"] == "transformers-assisted"}

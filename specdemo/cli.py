@@ -16,6 +16,7 @@ from .metrics import acceptance_rate, mean_accepted_tokens
 from .models import BUNDLED_DRAFT, BUNDLED_TARGET, encode_prompt, load_pair
 from .render import plain_text, token_spans, tokens_ansi
 from .sampling import SamplingConfig
+from .tree import TreeConfig
 
 WARMUP_TOKENS = 8
 
@@ -47,12 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="baseline vs speculative on one prompt")
     add_model_args(gen)
-    gen.add_argument("--method", choices=["draft", "prompt-lookup"], default="draft")
+    gen.add_argument("--method", choices=["draft", "prompt-lookup", "tree"], default="draft")
     gen.add_argument("--gamma", type=int, default=4)
     gen.add_argument("--schedule", choices=["constant", "heuristic"], default="constant")
     gen.add_argument("--min-confidence", type=float, default=0.0, help="draft-confidence stop (0 = off)")
     gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
     gen.add_argument("--max-new-tokens", type=int, default=64)
+    gen.add_argument("--tree-k", type=int, default=2, help="tree: children per node")
+    gen.add_argument("--tree-depth", type=int, default=4, help="tree: depth")
+    gen.add_argument("--tree-nodes", type=int, default=12, help="tree: most nodes kept (N)")
+    gen.add_argument("--tree-min-prob", type=float, default=0.0, help="tree: prune paths below this draft prob")
     add_sampling_args(gen)
 
     smp = sub.add_parser("sample", help="M independent speculative samples")
@@ -88,6 +93,12 @@ def decode_config(args) -> DecodeConfig:
         method=getattr(args, "method", "draft"),
         max_ngram=getattr(args, "max_ngram", 3),
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p, args.seed),
+        tree=TreeConfig(
+            getattr(args, "tree_k", 2),
+            getattr(args, "tree_depth", 4),
+            getattr(args, "tree_nodes", 12),
+            getattr(args, "tree_min_prob", 0.0),
+        ),
     )
 
 

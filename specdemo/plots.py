@@ -140,3 +140,157 @@ def live_figures(base: Sequence, spec: Sequence, spec_label: str = "speculative"
         accepted_length_figure(spec),
         speedup_figure(base, spec),
     )
+
+
+def time_breakdown_figure(spec: Sequence) -> go.Figure:
+    """Per step: draft / verify / rest seconds, stacked."""
+    fig = go.Figure()
+    xs = [s.index for s in spec]
+    for name, attr, colour in (
+        ("draft", "draft_s", "#8ecae6"),
+        ("verify", "verify_s", "#219ebc"),
+        ("rest", "rest_s", "#ffb703"),
+    ):
+        fig.add_bar(x=xs, y=[getattr(s, attr) * 1e3 for s in spec], name=name, marker_color=colour)
+    fig.update_layout(barmode="stack")
+    return _layout(fig, "Where each step's time goes", "step", "milliseconds")
+
+
+def distribution_figure(step, decode) -> go.Figure:
+    """At a rejection: the target's p, the draft's q and the residual norm(max(0, p − q)) (top 10 each)."""
+    fig = go.Figure()
+    ids: list[int] = []
+    for top in (step.residual_top, step.p_top, step.q_top):
+        ids += [int(i) for i, _ in top if int(i) not in ids]
+    labels = [repr(decode(i)) for i in ids]
+    for name, top, colour in (
+        ("p (target)", step.p_top, "#264653"),
+        ("q (draft)", step.q_top, "#e9c46a"),
+        ("residual norm(max(0, p−q))", step.residual_top, "#e76f51"),
+    ):
+        values = {int(i): v for i, v in top}
+        fig.add_bar(x=labels, y=[values.get(i, 0.0) for i in ids], name=name, marker_color=colour)
+    fig.update_layout(barmode="group")
+    return _layout(fig, "At the rejection: where the correction is drawn from", "token", "probability", height=320)
+
+
+def tree_figure(step, decode) -> go.Figure:
+    """A tree step's drafted token tree, depth left to right, the accepted path highlighted."""
+    parents, path = step.tree_parents, set(step.tree_path)
+    depth, rows = {}, {}
+    for n, parent in enumerate(parents):
+        depth[n] = 1 if parent < 0 else depth[parent] + 1
+        rows[n] = sum(1 for m in range(n) if depth[m] == depth[n])
+    pos = {-1: (0, 0.0)}
+    for n in range(len(parents)):
+        pos[n] = (depth[n], -float(rows[n]))
+    fig = go.Figure()
+    for n, parent in enumerate(parents):
+        (x0, y0), (x1, y1) = pos[parent], pos[n]
+        on = n in path
+        fig.add_scatter(
+            x=[x0, x1],
+            y=[y0, y1],
+            mode="lines",
+            showlegend=False,
+            hoverinfo="skip",
+            line=dict(color=COLOURS["accepted"] if on else "#cccccc", width=4 if on else 1),
+        )
+    nodes = list(range(len(parents)))
+    fig.add_scatter(
+        x=[pos[n][0] for n in nodes],
+        y=[pos[n][1] for n in nodes],
+        mode="markers+text",
+        text=[decode(step.drafted[n]) for n in nodes],
+        textposition="top center",
+        showlegend=False,
+        marker=dict(size=14, color=[COLOURS["accepted"] if n in path else "#bbbbbb" for n in nodes]),
+        hovertext=[f"q={step.q[n]:.3f} p={step.p[n]:.3f}" for n in nodes],
+        hoverinfo="text",
+    )
+    fig.add_scatter(
+        x=[0],
+        y=[0],
+        mode="markers+text",
+        text=["root"],
+        textposition="top center",
+        marker=dict(size=14, color="#264653"),
+        showlegend=False,
+    )
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(showticklabels=False)
+    return _layout(fig, f"Step {step.index}: the token tree ({len(path)} accepted)", "depth", "", height=320)
+
+
+def theory_figure(alpha: float, gamma: int, c: float, measured: dict | None = None) -> go.Figure:
+    """Expected tokens per target forward and speedup vs γ for the chosen α and c."""
+    from plotly.subplots import make_subplots
+
+    from .metrics import expected_tokens_per_step, theoretical_speedup
+
+    xs = list(range(1, 33))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens per target forward", "speedup"))
+    fig.add_scatter(
+        x=xs,
+        y=[expected_tokens_per_step(alpha, g) for g in xs],
+        name=f"α={alpha:.2f}",
+        line=dict(color=COLOURS["speculative"]),
+        row=1,
+        col=1,
+    )
+    fig.add_scatter(
+        x=xs,
+        y=[theoretical_speedup(alpha, g, c) for g in xs],
+        name=f"α={alpha:.2f}, c={c:.2f}",
+        line=dict(color=COLOURS["theory"]),
+        row=1,
+        col=2,
+    )
+    fig.add_vline(x=gamma, line_dash="dot")
+    if measured:
+        fig.add_scatter(
+            x=[measured["gamma"]],
+            y=[measured["tau"]],
+            mode="markers",
+            name="last run",
+            marker=dict(size=12, color="#000000", symbol="x"),
+            row=1,
+            col=1,
+        )
+        fig.add_scatter(
+            x=[measured["gamma"]],
+            y=[measured["speedup"]],
+            mode="markers",
+            showlegend=False,
+            marker=dict(size=12, color="#000000", symbol="x"),
+            row=1,
+            col=2,
+        )
+    fig.update_xaxes(title_text="γ")
+    return _layout(fig, "Theory (Leviathan et al. 2023)", "γ", "", height=360)
+
+
+def lossless_figure(check, decode, top: int = 20) -> go.Figure:
+    """Side-by-side frequencies of the most common first-k-token sequences."""
+    keys = sorted(
+        set(check.baseline) | set(check.speculative), key=lambda x: -(check.baseline[x] + check.speculative[x])
+    )[:top]
+    labels = ["".join(decode(t) for t in key) or "∅" for key in keys]
+    fig = go.Figure()
+    fig.add_bar(
+        x=labels, y=[check.baseline[k] / check.samples for k in keys], name="baseline", marker_color=COLOURS["baseline"]
+    )
+    fig.add_bar(
+        x=labels,
+        y=[check.speculative[k] / check.samples for k in keys],
+        name="speculative",
+        marker_color=COLOURS["speculative"],
+    )
+    fig.update_layout(barmode="group")
+    return _layout(
+        fig,
+        f"First {check.k} tokens, {check.samples} samples each: χ² p = {check.p_value:.3f}",
+        "sequence",
+        "frequency",
+        height=360,
+    )

@@ -150,3 +150,52 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
         for k, v, m in rows
     )
     return f"<table class='summary'>{cells}</table>"
+
+
+def verdicts(step) -> list[str]:
+    """What happened to each drafted token of a chain step."""
+    out = []
+    for i in range(len(step.drafted)):
+        if i < step.accepted:
+            out.append("accepted")
+        elif i == step.accepted:
+            out.append("rejected")
+        else:
+            out.append("discarded (after a rejection)")
+    return out
+
+
+def step_table_html(step, decode, greedy: bool) -> str:
+    """The inspector's table: each drafted token with q(x), p(x), min(1, p/q), u and the verdict."""
+    if step.tree_parents:
+        status = ["accepted" if i in step.tree_path else "not on the accepted path" for i in range(len(step.drafted))]
+    else:
+        status = verdicts(step)
+    head = "<tr><th>#</th><th>token</th><th>q(x)</th><th>p(x)</th><th>min(1, p/q)</th><th>u</th><th>verdict</th></tr>"
+    rows = []
+    for i, tok in enumerate(step.drafted):
+        u = f"{step.draws[i]:.3f}" if i < len(step.draws) and not step.tree_parents else "–"
+        rows.append(
+            f"<tr class='{status[i].split()[0]}'><td>{i + 1}</td><td><code>{html.escape(repr(decode(tok)))}</code></td>"
+            f"<td>{step.q[i]:.3f}</td><td>{step.p[i]:.3f}</td><td>{step.accept_prob[i]:.3f}</td><td>{u}</td>"
+            f"<td>{status[i]}</td></tr>"
+        )
+    last = step.emitted[-1] if step.emitted else None
+    if step.correction is not None:
+        how = "its argmax" if greedy else "a draw from norm(max(0, p − q))"
+        tail = f"correction <code>{html.escape(repr(decode(step.correction)))}</code>: the target's {how}"
+    elif step.bonus is not None and step.drafted:
+        tail = f"bonus <code>{html.escape(repr(decode(step.bonus)))}</code>: every draft kept, one more from p"
+    elif last is not None:
+        tail = f"target token <code>{html.escape(repr(decode(last)))}</code>"
+    else:
+        tail = ""
+    rule = (
+        "greedy: a draft is kept while it equals the target's argmax"
+        if greedy
+        else "kept when u < min(1, p(x)/q(x)); the first refusal ends the step"
+    )
+    return (
+        f"<p><b>Step {step.index}</b>: {len(step.drafted)} drafted, {step.accepted} accepted; {tail}. "
+        f"<i>{rule}</i></p><table class='inspector'>{head}{''.join(rows)}</table>"
+    )

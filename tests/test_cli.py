@@ -132,3 +132,32 @@ def test_human_output(tiny_folders):
     )
     assert r.returncode == 0, r.stderr
     assert "speedup" in r.stdout and "acceptance" in r.stdout
+
+
+def test_generate_tree_method(tiny_folders):
+    r = run_cli(
+        "generate",
+        "--target",
+        str(tiny_folders["target"]),
+        "--draft",
+        str(tiny_folders["draft"]),
+        "--prompt",
+        "once upon a time",
+        "--max-new-tokens",
+        "20",
+        "--method",
+        "tree",
+        "--tree-k",
+        "3",
+        "--tree-depth",
+        "3",
+        "--tree-nodes",
+        "9",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    spec = out["speculative"]
+    assert spec["token_ids"] == out["baseline"]["token_ids"]
+    assert all(len(s["drafted"]) <= 9 for s in spec["steps"])
+    assert spec["mean_accepted_tokens"] == pytest.approx(len(spec["token_ids"]) / spec["target_forwards"])

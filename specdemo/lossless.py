@@ -1,0 +1,69 @@
+"""Losslessness check: sample the first k tokens N times with the target alone and with
+speculative decoding, and test whether the two empirical distributions differ (χ²)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+
+from scipy.stats import chi2_contingency
+
+from .engine import DecodeConfig, baseline_steps, decode_steps, run_all
+
+
+@dataclass
+class LosslessCheck:
+    baseline: Counter  # first-k token tuples → count
+    speculative: Counter
+    p_value: float
+    samples: int
+    k: int
+
+
+def first_tokens(make_steps, config: DecodeConfig, samples: int, k: int, progress=None) -> Counter:
+    counts: Counter = Counter()
+    for i in range(samples):
+        cfg = replace(config, max_new_tokens=k, sampling=replace(config.sampling, seed=config.sampling.seed + i))
+        counts[tuple(run_all(make_steps(cfg)).token_ids)] += 1
+        if progress:
+            progress(i + 1)
+    return counts
+
+
+def two_sample_pvalue(a: Counter, b: Counter, min_expected: float = 5.0) -> float:
+    """χ² test of homogeneity; categories too rare for the approximation are pooled."""
+    keys = sorted(set(a) | set(b), key=lambda x: -(a[x] + b[x]))
+    total_a, total_b = sum(a.values()), sum(b.values())
+    share_a = total_a / (total_a + total_b)
+    rows_a, rows_b, rare_a, rare_b = [], [], 0, 0
+    for key in keys:
+        n = a[key] + b[key]
+        if n * min(share_a, 1 - share_a) < min_expected:
+            rare_a, rare_b = rare_a + a[key], rare_b + b[key]
+        else:
+            rows_a.append(a[key])
+            rows_b.append(b[key])
+    if rare_a + rare_b:
+        rows_a.append(rare_a)
+        rows_b.append(rare_b)
+    if len(rows_a) < 2:
+        return 1.0  # a single category: nothing can differ
+    return float(chi2_contingency([rows_a, rows_b]).pvalue)
+
+
+def check_lossless(
+    pair, prompt_ids, config: DecodeConfig, samples: int = 200, k: int = 2, progress=None
+) -> LosslessCheck:
+    """``config`` must sample (temperature > 0); ``progress(done, total)`` is called as it goes."""
+    from .errors import InputError
+
+    if config.sampling.greedy:
+        raise InputError("the losslessness check compares sampled distributions: set a temperature above 0")
+    if not 1 <= k <= 8 or not 10 <= samples <= 5000:
+        raise InputError("use 1–8 tokens and 10–5000 samples")
+    report = (lambda offset: lambda i: progress(offset + i, 2 * samples)) if progress else (lambda offset: None)
+    base = first_tokens(lambda c: baseline_steps(pair.target, prompt_ids, c, pair.eos), config, samples, k, report(0))
+    spec = first_tokens(
+        lambda c: decode_steps(pair.target, pair.draft, prompt_ids, c, pair.eos), config, samples, k, report(samples)
+    )
+    return LosslessCheck(base, spec, two_sample_pvalue(base, spec), samples, k)

@@ -1,0 +1,81 @@
+"""Export a run as JSON, and load it back to replay without any model."""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import fields
+
+import torch
+
+from .engine import Step
+from .errors import InputError
+from .live import METHODS, RaceState
+
+TRACE_VERSION = 1
+STEP_FIELDS = {f.name for f in fields(Step)}
+
+
+def library_versions() -> dict:
+    import transformers
+
+    from . import __version__
+
+    return {
+        "specdemo": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def used_ids(state: RaceState) -> set[int]:
+    ids: set[int] = set()
+    for s in state.baseline + state.contender:
+        ids.update(s.emitted)
+        ids.update(s.drafted)
+        for top in (s.residual_top, s.p_top, s.q_top):
+            ids.update(int(i) for i, _ in top)
+    return ids
+
+
+def to_trace(state: RaceState, settings: dict, decode, device: str = "cpu") -> dict:
+    """Everything needed to show the run again: steps, timings, settings, token texts, versions."""
+    return {
+        "specdemo_trace": TRACE_VERSION,
+        "settings": settings,
+        "method": state.method,
+        "greedy": state.greedy,
+        "baseline": [s.to_dict() for s in state.baseline],
+        "contender": [s.to_dict() for s in state.contender],
+        "summary": state.summary(),
+        "token_text": {str(i): decode(i) for i in sorted(used_ids(state))},
+        "versions": library_versions(),
+        "device": device,
+    }
+
+
+def dumps(trace: dict) -> str:
+    return json.dumps(trace, ensure_ascii=False, indent=1)
+
+
+def from_trace(data: dict | str):
+    """→ (RaceState, decode, settings). Raises InputError for anything that is not a trace."""
+    try:
+        if isinstance(data, str):
+            data = json.loads(data)
+        if data.get("specdemo_trace") != TRACE_VERSION:
+            raise InputError("this file is not a specdemo trace (or one of another version)")
+        if data["method"] not in METHODS:
+            raise InputError(f"the trace names an unknown method {data['method']!r}")
+        steps = {
+            side: [Step(**{k: v for k, v in d.items() if k in STEP_FIELDS}) for d in data[side]]
+            for side in ("baseline", "contender")
+        }
+        texts = {int(k): v for k, v in data["token_text"].items()}
+    except InputError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise InputError(f"this file is not a readable specdemo trace ({type(error).__name__}: {error})") from None
+    state = RaceState(data["method"], bool(data["greedy"]), steps["baseline"], steps["contender"], done=True)
+    return state, (lambda t: texts.get(t, f"<{t}>")), data.get("settings", {})
