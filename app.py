@@ -29,7 +29,15 @@ from specdemo.errors import InputError, SpecDemoError
 from specdemo.live import RaceState, run_race
 from specdemo.lossless import check_lossless
 from specdemo.metrics import acceptance_rate, mean_accepted_tokens
-from specdemo.models import PRESETS, QUANTIZATIONS, LoadOptions, default_preset_name, encode_prompt, load_pair
+from specdemo.models import (
+    PRESETS,
+    QUANTIZATIONS,
+    LoadOptions,
+    configure_cpu_threads,
+    default_preset_name,
+    encode_prompt,
+    load_pair,
+)
 from specdemo.plots import (
     distribution_figure,
     gamma_sweep_figure,
@@ -147,6 +155,7 @@ def prepare(s: Settings):
     options = LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")
     draft = s.draft_id.strip() if needs_draft else None
     pair = load_pair(s.target_id.strip(), draft, options, LoadOptions(dtype=options.dtype))
+    configure_cpu_threads(pair)
     return pair, encode_prompt(pair.tokenizer, s.prompt, chat_template=bool(s.chat_template)), config
 
 
@@ -463,7 +472,9 @@ def build_demo() -> gr.Blocks:
         last_trace = gr.State(None)
         with gr.Row():
             with gr.Column(scale=3):
-                prompt = gr.Textbox(label="Prompt", value=first.examples[0] if first.examples else "", lines=2)
+                prompt = gr.Textbox(
+                    label="Prompt", elem_id="prompt", value=first.examples[0] if first.examples else "", lines=2
+                )
                 example = gr.Dropdown(list(first.examples), label="Example prompts", value=None)
             with gr.Column(scale=2):
                 preset = gr.Dropdown(list(PRESETS), value=PRESET, label="Model pair")
@@ -520,8 +531,8 @@ def build_demo() -> gr.Blocks:
         with gr.Tabs():
             with gr.Tab("Race"):
                 with gr.Row():
-                    run_btn = gr.Button("Run", variant="primary")
-                    stop_btn = gr.Button("Stop", variant="stop")
+                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
                 status = gr.Markdown("", elem_id="status")
                 with gr.Row():
                     with gr.Column():

@@ -13,7 +13,7 @@ from dataclasses import replace
 from .engine import DecodeConfig, baseline_steps, decode_steps, run_all, sample_many
 from .errors import InputError, SpecDemoError
 from .metrics import acceptance_rate, mean_accepted_tokens
-from .models import BUNDLED_DRAFT, BUNDLED_TARGET, encode_prompt, load_pair
+from .models import BUNDLED_DRAFT, BUNDLED_TARGET, configure_cpu_threads, encode_prompt, load_pair
 from .render import plain_text, token_spans, tokens_ansi
 from .sampling import SamplingConfig
 from .tree import TreeConfig
@@ -106,6 +106,7 @@ def load_from_args(args):
     method = getattr(args, "method", "draft")
     draft = None if method == "prompt-lookup" else (args.draft or BUNDLED_DRAFT)
     pair = load_pair(args.target, draft)
+    configure_cpu_threads(pair)
     prompt_ids = encode_prompt(pair.tokenizer, args.prompt, chat_template=not args.no_chat_template)
     return pair, prompt_ids
 
@@ -209,6 +210,7 @@ def cmd_bench(args) -> None:
     if args.repeats < 1:
         raise InputError("--repeats must be ≥ 1")
     pair = load_pair(args.target, args.draft)
+    configure_cpu_threads(pair)
     prompts = [encode_prompt(pair.tokenizer, p, not args.no_chat_template) for p in bench_prompts(args.prompts)]
     result = run_bench(pair, prompts, gammas, args.max_new_tokens, args.repeats, progress=not args.json)
     if args.csv:

@@ -15,6 +15,7 @@ from .metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
 METHODS = {
     "draft": ("speculative decoding with the draft model", True),
     "prompt-lookup": ("speculative decoding with prompt lookup (no draft model)", True),
+    "tree": ("speculative decoding with a token tree drafted by the draft model", True),
     "naive": ("NOT speculative decoding: the draft writes the first half, the target continues", False),
 }
 

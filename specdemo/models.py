@@ -305,6 +305,18 @@ def load_pair(
     )
 
 
+def configure_cpu_threads(pair: Pair) -> int:
+    """On a CPU, a small target runs fastest on ONE thread: its matrices are too small to share
+    out, and a second thread only adds synchronisation (and suffers most when the machine is
+    busy). Larger models keep every core. SPECDEMO_THREADS overrides."""
+    if pair.target.device.type != "cpu":
+        return torch.get_num_threads()
+    n_params = sum(p.numel() for p in pair.target.parameters())
+    threads = int(os.environ.get("SPECDEMO_THREADS", "0")) or (1 if n_params < 50_000_000 else os.cpu_count() or 1)
+    torch.set_num_threads(threads)
+    return threads
+
+
 def encode_prompt(tokenizer, prompt: str, chat_template: bool = True) -> list[int]:
     """Prompt text → ids, through the tokenizer's chat template when it has one (and it is wanted)."""
     if not isinstance(prompt, str) or not prompt.strip():

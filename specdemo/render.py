@@ -36,7 +36,12 @@ def token_spans(steps: Iterable, decode, reference: Sequence[int] | None = None)
 def _spans(steps: Iterable, decode) -> Iterable[dict]:
     for step in steps:
         kept = step.emitted
-        for i, tok in enumerate(step.drafted):
+        if step.tree_parents:
+            # a tree step: the accepted path in order (the other branches are in the tree plot)
+            shown = [(n, step.drafted[n]) for n in step.tree_path[: len(kept)]]
+        else:
+            shown = list(enumerate(step.drafted))
+        for i, (node, tok) in enumerate(shown):
             # Drafts past the end (EOS or budget cut) are never shown as accepted.
             kind = "accepted" if i < step.accepted and i < len(kept) else "rejected"
             if kind == "rejected" and i < step.accepted:
@@ -46,10 +51,10 @@ def _spans(steps: Iterable, decode) -> Iterable[dict]:
                 "kind": kind,
                 "step": step.index,
                 "id": tok,
-                "p": step.p[i],
-                "q": step.q[i],
-                "ratio": step.accept_prob[i],
-                "u": step.draws[i] if i < len(step.draws) else None,
+                "p": step.p[node],
+                "q": step.q[node],
+                "ratio": step.accept_prob[node],
+                "u": step.draws[node] if node < len(step.draws) and not step.tree_parents else None,
             }
         if len(kept) > step.accepted:
             if not step.drafted:

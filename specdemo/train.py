@@ -212,7 +212,6 @@ def save_model(model, tokenizer, folder: Path):
         pad_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.eos_token_id,
         do_sample=False,
-        max_length=512,
     )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

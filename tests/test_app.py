@@ -29,28 +29,39 @@ def run_inputs(**changes):
         seed=0,
         max_new_tokens=24,
         chat_template=False,
+        tree_k=2,
+        tree_depth=4,
+        tree_nodes=12,
     )
     values.update(changes)
-    return values
+    return [values[name] for name in app.SETTING_NAMES]
 
 
 def last_output(**changes):
-    outputs = list(app.run(**run_inputs(**changes)))
+    outputs = list(app.run(*run_inputs(**changes)))
     assert outputs
     return outputs[-1]
 
 
 def test_run_streams_both_panes_and_finishes():
-    base_html, spec_html, summary, race, acceptance, histogram, speedup, status = last_output()
+    base_html, spec_html, summary, race, acceptance, histogram, speedup, breakdown, status, trace = last_output()
     assert status == "✅ done"
     assert "tok-target" in base_html and "tok-accepted" in spec_html
     assert "identical to baseline" in summary and "✓" in summary
-    assert all(isinstance(f, go.Figure) for f in (race, acceptance, histogram, speedup))
+    assert all(isinstance(f, go.Figure) for f in (race, acceptance, histogram, speedup, breakdown))
     assert race.data[0].y[-1] == race.data[1].y[-1] == 24
+    assert trace["specdemo_trace"] == 1 and len(trace["baseline"]) == 24
+
+
+def test_tree_method_runs_in_the_app():
+    *_, summary, race, _, _, _, _, status, trace = last_output(method_label="token tree")
+    assert status == "✅ done" and "✓" in summary
+    assert any(step["tree_parents"] for step in trace["contender"])
 
 
 def test_naive_method_is_labelled_not_lossless():
-    *_, summary, race, _, _, _, status = last_output(method_label=next(k for k in app.METHOD_LABELS if "naive" in k))
+    naive = next(k for k in app.METHOD_LABELS if "naive" in k)
+    *_, summary, race, _, _, _, _, status, _ = last_output(method_label=naive)
     assert status == "✅ done" and "NOT lossless" in summary
 
 
@@ -66,8 +77,8 @@ def test_naive_method_is_labelled_not_lossless():
     ],
 )
 def test_bad_input_shows_a_message_not_a_traceback(changes, message):
-    outputs = list(app.run(**run_inputs(**changes)))
-    status = outputs[-1][-1]
+    outputs = list(app.run(*run_inputs(**changes)))
+    status = outputs[-1][-2]
     assert status.startswith("⚠️") and message in status and "Traceback" not in status
 
 
@@ -105,3 +116,45 @@ def test_bad_api_input_is_a_clear_error_and_the_next_call_works(client):
         client.predict(prompt=STORY, max_new_tokens=8, gamma=99, temperature=0.0, seed=0, api_name="/compare")
     out = client.predict(prompt=STORY, max_new_tokens=8, gamma=2, temperature=0.0, seed=0, api_name="/compare")
     assert len(out["speculative"]["token_ids"]) == 8
+
+
+def test_trace_export_and_replay_without_a_model(tmp_path):
+    *_, trace = last_output(max_new_tokens=12)
+    path = app.export_trace(trace)
+    replayed = list(app.replay(path))
+    base_html, spec_html, summary, *_, status, again = replayed[-1]
+    assert "no model ran" in status and "tok-accepted" in spec_html
+    assert again["contender"] == trace["contender"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}')
+    assert "not a specdemo trace" in list(app.replay(str(bad)))[-1][-2]
+
+
+def test_step_inspector_walks_one_step_at_a_time():
+    session, html, figure, slider = app.stepper_start(*run_inputs(temperature=1.0, seed=3))
+    assert "Step 0" in html and len(session["steps"]) == 1
+    for _ in range(30):
+        session, html, figure, slider = app.stepper_next(session)
+        if session["steps"][-1].correction is not None:
+            break
+    assert "correction" in html and "draw from norm(max(0, p − q))" in html
+    assert figure is not None  # the residual, p and q bars at the rejection
+
+
+def test_theory_uses_the_last_run():
+    *_, trace = last_output()
+    alpha, gamma, cost = app.theory_from_last(trace)
+    assert 0 < alpha <= 1 and gamma == 4 and 0 < cost < 1
+    figure = app.theory(alpha, gamma, cost, trace)
+    assert any(trace_.name == "last run" for trace_ in figure.data)
+
+
+def test_losslessness_check_in_the_app():
+    figure, text = app.lossless(*run_inputs(), samples=60, k=1, temperature=1.0)
+    assert "p-value" in text and figure is not None
+
+
+def test_benchmark_tab():
+    figure, table = app.benchmark(*run_inputs(max_new_tokens=12), gammas="1,3", repeats=1)
+    assert "specdemo-speculative" in table and figure is not None
+    assert "⚠️" in app.benchmark(*run_inputs(), gammas="x")[1]

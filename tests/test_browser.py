@@ -37,13 +37,13 @@ def page(server):
         page.dialogs = []
         page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
         page.goto(server)
-        page.get_by_role("button", name="Run").wait_for(timeout=60_000)
+        page.locator("#run-btn").wait_for(timeout=60_000)
         yield page
         browser.close()
 
 
 def set_prompt(page, text: str):
-    box = page.get_by_label("Prompt")
+    box = page.locator("#prompt textarea")
     box.fill(text)
 
 
@@ -60,7 +60,7 @@ def wait_status(page, text: str, timeout=180_000):
 def test_run_shows_coloured_tokens_and_plots(page):
     set_prompt(page, "<script>alert(1)</script> once upon a time, there was a little")
     set_max_tokens(page, 48)
-    page.get_by_role("button", name="Run").click()
+    page.locator("#run-btn").click()
     wait_status(page, "done")
     spec = page.locator("#speculative-pane")
     assert spec.locator(".tok-accepted").count() > 0
@@ -76,11 +76,11 @@ def test_run_shows_coloured_tokens_and_plots(page):
 def test_stop_ends_a_run_and_the_next_run_works(page):
     set_prompt(page, "one day, a little girl named lily went to the park. she saw")
     set_max_tokens(page, 400)
-    page.get_by_role("button", name="Run").click()
+    page.locator("#run-btn").click()
     wait_status(page, "running")
-    page.get_by_role("button", name="Stop").click()
+    page.locator("#stop-btn").click()
     wait_status(page, "stopped", timeout=30_000)
     set_max_tokens(page, 16)
-    page.get_by_role("button", name="Run").click()
+    page.locator("#run-btn").click()
     wait_status(page, "done")
     assert page.locator("#speculative-pane .tok").count() > 0
