@@ -196,6 +196,25 @@ def make_drafter(config: DecodeConfig, draft_model, target_vocab_size: int):
     return ModelDrafter(draft_model, target_vocab_size, config.min_confidence)
 
 
+def drive(step_fn, prompt_ids: list[int], config: DecodeConfig, cancel=None) -> Iterator[Step]:
+    """The loop every decoder shares: token budget, cancel hook, running totals, stop at EOS.
+
+    ``step_fn(step, tokens, budget)`` does one target forward's worth of work: it fills
+    ``step`` (emitted ids, finished, timings, the rest) and appends the emitted ids to ``tokens``."""
+    tokens = list(prompt_ids)
+    new, elapsed, index = 0, 0.0, 0
+    while new < config.max_new_tokens and not (cancel and cancel()):
+        step = Step(index=index)
+        step_fn(step, tokens, config.max_new_tokens - new)
+        new += len(step.emitted)
+        elapsed += step.seconds
+        step.new_tokens, step.elapsed_s = new, elapsed
+        index += 1
+        yield step
+        if step.finished:
+            return
+
+
 def speculative_steps(
     target_model,
     draft_model,
@@ -210,15 +229,11 @@ def speculative_steps(
     drafter = make_drafter(config, draft_model, target.vocab_size)
     schedule = SCHEDULES[config.schedule](config.gamma)
     generator = make_generator(config.sampling.seed)
-    tokens = list(prompt_ids)
-    new = elapsed = 0
-    index = 0
-    while new < config.max_new_tokens and not (cancel and cancel()):
-        step = Step(index=index)
+
+    def one_step(step: Step, tokens: list[int], budget: int) -> None:
         # Draft at most budget−1 tokens: with the bonus that fills the budget exactly.
-        n = min(schedule.gamma, config.max_new_tokens - new - 1)
         with Stopwatch(target.device) as t_draft:
-            draft = drafter.propose(tokens, n, config.sampling, generator)
+            draft = drafter.propose(tokens, min(schedule.gamma, budget - 1), config.sampling, generator)
         with Stopwatch(target.device) as t_verify:
             # ONE target forward over [uncached tokens, x_1..x_k]: logits for p_1..p_{k+1}.
             logits = target.logits_after(tokens, draft.ids)
@@ -227,18 +242,11 @@ def speculative_steps(
             # Roll the target's cache back to the accepted prefix (the rejected drafts go).
             target.rollback_to(len(tokens) + step.accepted)
             schedule.update(len(draft), step.accepted)
-            step.emitted, step.finished = finish_emitted(
-                draft.ids[: step.accepted] + [token], config.max_new_tokens - new, eos
-            )
+            step.emitted, step.finished = finish_emitted(draft.ids[: step.accepted] + [token], budget, eos)
             tokens.extend(step.emitted)
         step.draft_s, step.verify_s, step.rest_s = t_draft.seconds, t_verify.seconds, t_rest.seconds
-        new += len(step.emitted)
-        elapsed += step.seconds
-        step.new_tokens, step.elapsed_s = new, elapsed
-        index += 1
-        yield step
-        if step.finished:
-            return
+
+    return drive(one_step, prompt_ids, config, cancel)
 
 
 def decode_steps(
@@ -266,25 +274,17 @@ def baseline_steps(
     validate_request(prompt_ids, config, context_length(target_model))
     target = CachedLM(target_model)
     generator = make_generator(config.sampling.seed)
-    tokens = list(prompt_ids)
-    new = elapsed = 0
-    index = 0
-    while new < config.max_new_tokens and not (cancel and cancel()):
-        step = Step(index=index)
+
+    def one_step(step: Step, tokens: list[int], budget: int) -> None:
         with Stopwatch(target.device) as t_verify:
             logits = target.logits_after(tokens)
         with Stopwatch(target.device) as t_rest:
             token = verify_draft(logits, Draft(), config.sampling, generator, step)
-            step.emitted, step.finished = finish_emitted([token], config.max_new_tokens - new, eos)
+            step.emitted, step.finished = finish_emitted([token], budget, eos)
             tokens.extend(step.emitted)
         step.verify_s, step.rest_s = t_verify.seconds, t_rest.seconds
-        new += 1
-        elapsed += step.seconds
-        step.new_tokens, step.elapsed_s = new, elapsed
-        index += 1
-        yield step
-        if step.finished:
-            return
+
+    return drive(one_step, prompt_ids, config, cancel)
 
 
 @dataclass

@@ -254,8 +254,10 @@ def tree_steps(
     eos: set[int] = frozenset(),
     cancel: Callable[[], bool] | None = None,
 ) -> Iterator:
-    """Speculative decoding with a token tree; yields one Step per target forward."""
-    from .engine import Step, context_length, finish_emitted, validate_request
+    """Speculative decoding with a token tree; yields one Step per target forward.
+
+    Checks run at the call (not at the first step), so an unsupported model fails at once."""
+    from .engine import context_length, drive, finish_emitted, validate_request
 
     validate_request(prompt_ids, config, context_length(target_model))
     validate_tree(tree_config)
@@ -266,13 +268,10 @@ def tree_steps(
     target = CachedLM(target_model)
     drafter = TreeDrafter(draft_model, target.vocab_size, tree_config)
     generator = make_generator(config.sampling.seed)
-    tokens = list(prompt_ids)
-    new = elapsed = index = 0
-    while new < config.max_new_tokens and not (cancel and cancel()):
-        step = Step(index=index)
-        budget = config.max_new_tokens - new - 1
+
+    def one_step(step, tokens: list[int], budget: int) -> None:
         with Stopwatch(target.device) as t_draft:
-            tree = drafter.propose(tokens, budget, config.sampling)
+            tree = drafter.propose(tokens, budget - 1, config.sampling)
         with Stopwatch(target.device) as t_verify:
             pending = pending_tokens(target, tokens)
             # ONE target forward over [pending tokens, every tree node] with the tree mask
@@ -280,7 +279,6 @@ def tree_steps(
         with Stopwatch(target.device) as t_rest:
             verdict = walk_tree(tree, logits, config.sampling, generator)
             target.rollback_to(len(tokens))  # crop every tree node; the path is re-fed next step
-            path_tokens = [tree.tokens[n] for n in verdict.path]
             step.drafted, step.p, step.draws = list(tree.tokens), verdict.p, verdict.draws
             # q of each node under its parent's draft distribution (probs are cumulative)
             step.q = [pr / (tree.probs[par] if par >= 0 else 1.0) for pr, par in zip(tree.probs, tree.parents)]
@@ -290,15 +288,9 @@ def tree_steps(
                 step.bonus = verdict.token
             else:
                 step.correction = verdict.token
-            step.emitted, step.finished = finish_emitted(
-                path_tokens + [verdict.token], config.max_new_tokens - new, eos
-            )
+            path_tokens = [tree.tokens[n] for n in verdict.path]
+            step.emitted, step.finished = finish_emitted(path_tokens + [verdict.token], budget, eos)
             tokens.extend(step.emitted)
         step.draft_s, step.verify_s, step.rest_s = t_draft.seconds, t_verify.seconds, t_rest.seconds
-        new += len(step.emitted)
-        elapsed += step.seconds
-        step.new_tokens, step.elapsed_s = new, elapsed
-        index += 1
-        yield step
-        if step.finished:
-            return
+
+    return drive(one_step, prompt_ids, config, cancel)
