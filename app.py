@@ -371,7 +371,7 @@ def benchmark(*values, gammas="1,2,3,4,6,8", repeats=1, with_transformers=False,
             raise InputError("every γ must be between 1 and 32")
         s.method_label = "draft"
         pair, ids, _ = prepare(s)
-        engines = ENGINES if with_transformers else ("specdemo-baseline", "specdemo-speculative")
+        engines = ENGINES if with_transformers else ("specdemo-baseline", "specdemo-speculative", "specdemo-tree")
         result = run_bench(pair, [ids], gamma_list, int(s.max_new_tokens), int(repeats), progress=True, engines=engines)
         return gamma_sweep_figure(result["rows"]), f"<pre>{format_table(result)}</pre>"
     except Exception as error:

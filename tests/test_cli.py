@@ -9,6 +9,10 @@ import sys
 import pytest
 
 
+def pair_args(folders) -> list[str]:
+    return ["--target", str(folders["target"]), "--draft", str(folders["draft"])]
+
+
 def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "specdemo", *args], capture_output=True, text=True, timeout=300)
 
@@ -16,10 +20,7 @@ def run_cli(*args):
 def test_generate_json_shape_and_identity(tiny_folders):
     r = run_cli(
         "generate",
-        "--target",
-        str(tiny_folders["target"]),
-        "--draft",
-        str(tiny_folders["draft"]),
+        *pair_args(tiny_folders),
         "--prompt",
         "once upon a time",
         "--max-new-tokens",
@@ -74,10 +75,7 @@ def test_prompt_lookup_needs_no_draft(tiny_folders):
 def test_sample_json(tiny_folders):
     r = run_cli(
         "sample",
-        "--target",
-        str(tiny_folders["target"]),
-        "--draft",
-        str(tiny_folders["draft"]),
+        *pair_args(tiny_folders),
         "--prompt",
         "the dog",
         "--max-new-tokens",
@@ -121,10 +119,7 @@ def test_bad_input_exits_2_with_one_line(tiny_folders, extra, message):
 def test_human_output(tiny_folders):
     r = run_cli(
         "generate",
-        "--target",
-        str(tiny_folders["target"]),
-        "--draft",
-        str(tiny_folders["draft"]),
+        *pair_args(tiny_folders),
         "--prompt",
         "once upon a time",
         "--max-new-tokens",
@@ -137,10 +132,7 @@ def test_human_output(tiny_folders):
 def test_generate_tree_method(tiny_folders):
     r = run_cli(
         "generate",
-        "--target",
-        str(tiny_folders["target"]),
-        "--draft",
-        str(tiny_folders["draft"]),
+        *pair_args(tiny_folders),
         "--prompt",
         "once upon a time",
         "--max-new-tokens",

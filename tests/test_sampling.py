@@ -49,26 +49,33 @@ def reference_probs(logits: torch.Tensor, s: SamplingConfig) -> torch.Tensor:
     return probs
 
 
-def exact_joint(target, s: SamplingConfig) -> torch.Tensor:
+def exact_joint(target, prompt: list[int], s: SamplingConfig) -> torch.Tensor:
     """P(x1, x2) by enumeration: p(x1 | prompt) · p(x2 | prompt, x1) for all V² pairs."""
+    vocab = target.config.vocab_size
     with torch.no_grad():
-        first = reference_probs(target(torch.tensor([PROMPT])).logits[0, -1], s)
-        batch = torch.tensor([PROMPT + [x] for x in range(V)])
+        first = reference_probs(target(torch.tensor([prompt])).logits[0, -1], s)
+        batch = torch.tensor([prompt + [x] for x in range(vocab)])
         second = reference_probs(target(batch).logits[:, -1], s)
     return first[:, None] * second
 
 
 def chi2_pvalue(samples: list[list[int]], joint: torch.Tensor) -> float:
-    observed = torch.zeros(V * V)
+    vocab = joint.shape[0]
+    observed = torch.zeros(vocab * vocab, dtype=torch.float64)
     for tokens in samples:
-        observed[tokens[0] * V + tokens[1]] += 1
+        assert len(tokens) >= 2, "an end-of-sequence among the first two tokens: pick another prompt"
+        observed[tokens[0] * vocab + tokens[1]] += 1
     expected = joint.flatten() * len(samples)
     assert observed[expected == 0].sum() == 0, "a pair the target can never produce was sampled"
     small = expected < 5  # pool the rare cells so the χ² approximation holds
     obs = torch.cat([observed[~small], observed[small].sum(0, keepdim=True)])
     exp = torch.cat([expected[~small], expected[small].sum(0, keepdim=True)])
     keep = exp > 0
-    return float(chisquare(obs[keep].numpy(), exp[keep].numpy()).pvalue)
+    return float(chisquare(obs[keep].numpy(), exp[keep].numpy() * obs.sum().item() / exp[keep].sum().item()).pvalue)
+
+
+def chi2_pvalue_for(target, prompt, samples, sampling) -> float:
+    return chi2_pvalue(samples, exact_joint(target, prompt, sampling))
 
 
 TARGET = small_llama(0, 0.4)
@@ -99,7 +106,7 @@ def test_first_two_tokens_follow_the_target_distribution(draft_name, method, sam
     # Budget 3 with γ = 4: two drafted tokens are tested by the rule in the first step.
     cfg = DecodeConfig(max_new_tokens=3, gamma=4, method=method, sampling=sampling)
     samples = sample_many(TARGET, draft, PROMPT, cfg, SAMPLES)
-    assert chi2_pvalue(samples, exact_joint(TARGET, sampling)) > 1e-3
+    assert chi2_pvalue(samples, exact_joint(TARGET, PROMPT, sampling)) > 1e-3
 
 
 def test_the_chi2_check_catches_a_sampler_that_skips_the_rule(monkeypatch):
@@ -108,6 +115,6 @@ def test_the_chi2_check_catches_a_sampler_that_skips_the_rule(monkeypatch):
     sampling = SamplingConfig(temperature=1.0, seed=5)
     cfg = DecodeConfig(max_new_tokens=3, gamma=4, sampling=sampling)
     samples = sample_many(TARGET, DRAFTS["far"](), PROMPT, cfg, 1000)
-    joint = exact_joint(TARGET, sampling)
+    joint = exact_joint(TARGET, PROMPT, sampling)
     with pytest.raises(AssertionError):  # a pair the target never produces, or a tiny p-value
         assert chi2_pvalue(samples, joint) > 1e-3

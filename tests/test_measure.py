@@ -1,0 +1,109 @@
+"""Benchmark smoke test, the paper's formulas, the two-sample χ² check, the Spaces GPU wrapper."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from collections import Counter
+
+import pytest
+
+from specdemo.lossless import two_sample_pvalue
+from specdemo.metrics import best_gamma, expected_tokens_per_step, predicted_speedup, theoretical_speedup
+
+
+def test_paper_formulas():
+    assert expected_tokens_per_step(0.0, 4) == 1.0
+    assert expected_tokens_per_step(1.0, 4) == 5.0
+    assert expected_tokens_per_step(0.8, 4) == pytest.approx((1 - 0.8**5) / 0.2)
+    # Leviathan et al. Table: α = 0.8, γ = 4, c = 0.1 → about 2.4x
+    assert theoretical_speedup(0.8, 4, 0.1) == pytest.approx(3.3616 / 1.4, rel=1e-3)
+    assert predicted_speedup(3.0, 4, 0.001, 0.005, 0.006) == pytest.approx(3.0 * 0.005 / 0.010)
+    assert best_gamma(0.9, 0.05) > best_gamma(0.5, 0.05)
+
+
+def test_two_sample_pvalue_tells_same_from_different():
+    same_a = Counter({("a",): 500, ("b",): 300, ("c",): 200})
+    same_b = Counter({("a",): 490, ("b",): 310, ("c",): 200})
+    other = Counter({("a",): 200, ("b",): 300, ("c",): 500})
+    assert two_sample_pvalue(same_a, same_b) > 0.5
+    assert two_sample_pvalue(same_a, other) < 1e-6
+    assert two_sample_pvalue(Counter({("a",): 10}), Counter({("a",): 10})) == 1.0
+
+
+def test_bench_smoke_on_the_bundled_pair(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("once upon a time, there was a little\ntom had a red ball.\n")
+    csv_path, plot_path = tmp_path / "bench.csv", tmp_path / "bench.html"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specdemo",
+            "bench",
+            "--prompts",
+            str(prompts),
+            "--gammas",
+            "2,4",
+            "--max-new-tokens",
+            "16",
+            "--repeats",
+            "1",
+            "--json",
+            "--csv",
+            str(csv_path),
+            "--plot",
+            str(plot_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    engines = {(row["engine"], row["gamma"]) for row in rows}
+    assert ("specdemo-baseline", None) in engines and ("transformers-generate", None) in engines
+    for g in (2, 4):
+        for e in (
+            "specdemo-speculative",
+            "specdemo-prompt-lookup",
+            "specdemo-tree",
+            "transformers-assisted",
+            "transformers-prompt-lookup",
+        ):
+            assert (e, g) in engines
+    spec = [row for row in rows if row["engine"] == "specdemo-speculative"]
+    for row in spec:
+        assert 0 <= row["acceptance_rate"] <= 1 and row["cost_ratio"] > 0
+        assert row["measured_over_predicted"] > 0 and row["tokens_per_second"] > 0
+    assert csv_path.read_text().startswith("acceptance_rate") and "plotly" in plot_path.read_text()
+
+
+def test_bench_rejects_bad_gammas():
+    r = subprocess.run(
+        [sys.executable, "-m", "specdemo", "bench", "--gammas", "0,40"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2 and "between 1 and 32" in r.stderr
+
+
+def test_spaces_gpu_duration_follows_max_new_tokens(monkeypatch):
+    import app
+
+    seen = {}
+
+    def fake_gpu(duration):
+        def wrap(fn):
+            seen["duration"] = duration
+            return fn
+
+        return wrap
+
+    monkeypatch.setattr(app, "spaces", types.SimpleNamespace(GPU=fake_gpu))
+
+    def work(prompt, max_new_tokens=64):
+        return prompt
+
+    assert app.gpu(work)("x", max_new_tokens=64) == "x"
+    assert seen["duration"]("x", max_new_tokens=64) < seen["duration"]("x", max_new_tokens=400) <= 300
