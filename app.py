@@ -296,7 +296,7 @@ def inspector_view(steps, decode, greedy, index):
     step = steps[index]
     if step.tree_parents:
         figure = tree_figure(step, decode)
-    elif step.residual_top:
+    elif step.p_top:
         figure = distribution_figure(step, decode)
     else:
         figure = None

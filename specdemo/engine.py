@@ -158,10 +158,12 @@ def verify_draft(logits: torch.Tensor, draft: Draft, sampling: SamplingConfig, g
             n += 1
         step.accepted = n
         token = target_choice[n]
+        if n < k:  # for the inspector: the target's and the draft's views at the rejection
+            step.p_top = top_entries(probs[n])
+            step.q_top = top_entries(draft.q_row(n, probs.shape[-1], probs.device))
     else:
         n = 0
         while n < k:
-            draft.ids[n]
             # Keep x with probability min(1, p(x)/q(x)): u ~ U[0,1) and keep iff u·q(x) < p(x).
             u = draw_uniform(generator)
             step.draws.append(u)

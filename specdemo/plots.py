@@ -168,6 +168,8 @@ def distribution_figure(step, decode) -> go.Figure:
         ("q (draft)", step.q_top, "#e9c46a"),
         ("residual norm(max(0, p−q))", step.residual_top, "#e76f51"),
     ):
+        if not top:  # greedy: no residual, the correction is simply the target's argmax
+            continue
         values = {int(i): v for i, v in top}
         fig.add_bar(x=labels, y=[values.get(i, 0.0) for i in ids], name=name, marker_color=colour)
     fig.update_layout(barmode="group")
