@@ -219,11 +219,10 @@ def check_tree_attention(model) -> None:
             with torch.inference_mode():
                 ref_a = model(input_ids=torch.tensor([prefix + [4, 6]], device=model.device)).logits[0]
                 ref_b = model(input_ids=torch.tensor([prefix + [5]], device=model.device)).logits[0]
-            ok = (
-                torch.allclose(logits[3], ref_a[3], atol=1e-3, rtol=1e-3)
-                and torch.allclose(logits[4], ref_b[3], atol=1e-3, rtol=1e-3)
-                and torch.allclose(logits[5], ref_a[4], atol=1e-3, rtol=1e-3)
-            )
+            # compare probabilities, with a tolerance that half precision can meet
+            tol = 1e-4 if logits.dtype == torch.float32 else 2e-2
+            pairs = ((logits[3], ref_a[3]), (logits[4], ref_b[3]), (logits[5], ref_a[4]))
+            ok = all(torch.allclose(x.float().softmax(-1), y.float().softmax(-1), atol=tol) for x, y in pairs)
         except Exception:  # noqa: BLE001 - any failure here means "not supported"
             ok = False
         setattr(model, cache_key, ok)
