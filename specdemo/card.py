@@ -17,7 +17,7 @@ import torch
 
 from .bench import run_bench
 from .engine import DecodeConfig, baseline_steps, run_all
-from .models import ASSETS, BUNDLED_DRAFT, BUNDLED_TARGET, encode_prompt, load_pair
+from .models import ASSETS, BUNDLED_DRAFT, BUNDLED_TARGET, configure_cpu_threads, encode_prompt, load_pair
 from .train import DEFAULT_DATA, TrainConfig, encode_stories, heldout_openings, heldout_stories, validation_loss
 
 SAMPLE_PROMPT = "once upon a time, there was a little"
@@ -40,14 +40,16 @@ def describe(model) -> str:
 
 def measure(gammas=(1, 2, 3, 4, 5, 6, 8), max_new_tokens=64, repeats=3) -> dict:
     pair = load_pair(BUNDLED_TARGET, BUNDLED_DRAFT)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    configure_cpu_threads(pair)
     cfg = TrainConfig()
     val = encode_stories(pair.tokenizer, heldout_stories(DEFAULT_DATA))
     losses = {
         name: validation_loss(m, val, cfg, batches=8) for name, m in (("target", pair.target), ("draft", pair.draft))
     }
     prompts = [encode_prompt(pair.tokenizer, p, False) for p in heldout_openings(20)]
-    bench = run_bench(pair, prompts, list(gammas), max_new_tokens, repeats)
+    bench = run_bench(
+        pair, prompts, list(gammas), max_new_tokens, repeats, engines=("specdemo-baseline", "specdemo-speculative")
+    )
     ids = encode_prompt(pair.tokenizer, SAMPLE_PROMPT, False)
     sample = run_all(baseline_steps(pair.target, ids, DecodeConfig(max_new_tokens=100), pair.eos)).token_ids
     return {
