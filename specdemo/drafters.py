@@ -57,21 +57,28 @@ class ModelDrafter:
     def propose(self, tokens: list[int], n: int, sampling: SamplingConfig, generator) -> Draft:
         if n <= 0:
             return Draft()
-        ids, rows = [], []
+        ids, logit_rows, prob_rows = [], [], []
         feed = self.lm.pending(tokens)
         if not feed:  # the cache already holds every token: recompute the last position
             self.lm.rollback_to(len(tokens) - 1)
             feed = tokens[-1:]
+        # Greedy without a confidence stop needs q only for the records: one softmax at the end.
+        per_token_q = not sampling.greedy or self.min_confidence > 0
         for _ in range(n):
-            logits = align_vocab(self.lm.forward(feed), self.vocab_size)
-            probs = to_probs(logits, sampling)[0]
-            if self.min_confidence > 0 and float(probs.max()) < self.min_confidence:
-                break
-            x = int(logits[0].argmax()) if sampling.greedy else draw(probs, generator)
+            logits = align_vocab(self.lm.forward(feed), self.vocab_size)[0]
+            if per_token_q:
+                probs = to_probs(logits[None], sampling)[0]
+                if self.min_confidence > 0 and float(probs.max()) < self.min_confidence:
+                    break
+                prob_rows.append(probs)
+            x = int(logits.argmax()) if sampling.greedy else draw(probs, generator)
             ids.append(x)
-            rows.append(probs)
+            logit_rows.append(logits)
             feed = [x]  # the last drafted token is fed only if another one is drafted
-        return Draft(ids, torch.stack(rows) if rows else None)
+        if not ids:
+            return Draft()
+        q = torch.stack(prob_rows) if per_token_q else to_probs(torch.stack(logit_rows), sampling)
+        return Draft(ids, q)
 
 
 class PromptLookupDrafter:
