@@ -2,7 +2,7 @@
 
     python -m specdemo.train --data ../shared/data/tinystories-4mb.txt --out assets/models
 
-(about 45 minutes on 2 CPU cores: ~2.3 s per target step, ~1.2 s per draft step)
+(about 55 minutes on 2 CPU cores: ~2.3 s per target step, ~1.2 s per draft step)
 
 Three stages, all seeded and printing losses:
 1. a byte-level BPE tokenizer (``tokenizers``), saved so ``AutoTokenizer`` loads it;
@@ -46,8 +46,7 @@ class TrainConfig:
     target_cycles: str = "450:3e-3,400:2e-3"
     # draft
     draft_layers: int = 2
-    draft_steps: int = 500
-    draft_lr: float = 2e-3
+    draft_cycles: str = "500:2e-3,500:1e-3"
     val_fraction: float = 0.03
     seed: int = 0
     threads: int = 2
@@ -179,23 +178,29 @@ def train_target(cfg, tokenizer, train, val, model=None):
         logits = model(input_ids=batch[:, :-1]).logits
         return F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
 
+    return model, run_cycles("target", model, loss_fn, train, val, cfg, cfg.target_cycles)
+
+
+def run_cycles(name, model, loss_fn, train, val, cfg, cycles: str) -> float:
+    """Warm-restart cycles "steps:peak_lr,…" of the shared loop; the last validation CE."""
     loss = validation_loss(model, val, cfg)
-    for cycle in filter(None, cfg.target_cycles.split(",")):
+    for cycle in filter(None, cycles.split(",")):
         steps, lr = cycle.split(":")
-        loss = run_steps("target", model, loss_fn, train, val, cfg, int(steps), float(lr))
-    return model, loss
+        loss = run_steps(name, model, loss_fn, train, val, cfg, int(steps), float(lr))
+    return loss
 
 
-def train_draft(cfg, tokenizer, target, train, val):
+def train_draft(cfg, tokenizer, target, train, val, draft=None):
     """Distil the target into a shallow draft: minimise KL(p_target || q_draft) per position."""
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(cfg.seed + 1)
-    draft = LlamaForCausalLM(llama_config(cfg, tokenizer, cfg.draft_layers))
-    # Start from the target's embeddings, first layers and final norm: the draft begins as
-    # a truncated target and distillation only has to close the gap.
-    state = {k: v for k, v in target.state_dict().items() if k in draft.state_dict()}
-    draft.load_state_dict(state, strict=False)
+    if draft is None:
+        draft = LlamaForCausalLM(llama_config(cfg, tokenizer, cfg.draft_layers))
+        # Start from the target's embeddings, first layers and final norm: the draft begins as
+        # a truncated target and distillation only has to close the gap.
+        state = {k: v for k, v in target.state_dict().items() if k in draft.state_dict()}
+        draft.load_state_dict(state, strict=False)
     target.eval()
 
     def loss_fn(batch):
@@ -206,7 +211,7 @@ def train_draft(cfg, tokenizer, target, train, val):
         # forward KL: sum_x p(x) (log p(x) - log q(x)), averaged over positions
         return F.kl_div(q_log.flatten(0, 1), p_log.flatten(0, 1), log_target=True, reduction="batchmean")
 
-    return draft, run_steps("draft", draft, loss_fn, train, val, cfg, cfg.draft_steps, cfg.draft_lr)
+    return draft, run_cycles("draft", draft, loss_fn, train, val, cfg, cfg.draft_cycles)
 
 
 def save_model(model, tokenizer, folder: Path):
@@ -228,6 +233,7 @@ def main(argv=None):
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=Path("assets/models"))
     parser.add_argument("--resume", type=Path, default=None, help="continue training this target folder")
+    parser.add_argument("--resume-draft", type=Path, default=None, help="continue distilling this draft folder")
     for field, default in TrainConfig.__dataclass_fields__.items():
         parser.add_argument(f"--{field.replace('_', '-')}", type=type(default.default), default=default.default)
     args = parser.parse_args(argv)
@@ -255,7 +261,12 @@ def main(argv=None):
 
     target, target_val = train_target(cfg, tokenizer, train, val, initial)
     save_model(target, tokenizer, args.out / "tinystories-target")
-    draft, draft_val = train_draft(cfg, tokenizer, target, train, val)
+    initial_draft = None
+    if args.resume_draft:
+        from transformers import LlamaForCausalLM
+
+        initial_draft = LlamaForCausalLM.from_pretrained(args.resume_draft, dtype=torch.float32)
+    draft, draft_val = train_draft(cfg, tokenizer, target, train, val, initial_draft)
     save_model(draft, tokenizer, args.out / "tinystories-draft")
     if not args.resume:
         shutil.rmtree(args.out / "tokenizer-only")
