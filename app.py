@@ -23,7 +23,7 @@ import gradio as gr
 
 from specdemo import trace as traces
 from specdemo.bench import ENGINES, format_table, run_bench
-from specdemo.cli import compare, comparison_record
+from specdemo.compare import compare, comparison_record
 from specdemo.engine import DecodeConfig, decode_steps
 from specdemo.errors import InputError, SpecDemoError
 from specdemo.live import RaceState, run_race

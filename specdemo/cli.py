@@ -8,17 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 
-from .engine import DecodeConfig, baseline_steps, decode_steps, run_all, sample_many
+from .compare import compare, comparison_record
+from .engine import DecodeConfig, sample_many
 from .errors import InputError, SpecDemoError
-from .metrics import acceptance_rate, mean_accepted_tokens
 from .models import BUNDLED_DRAFT, BUNDLED_TARGET, configure_cpu_threads, encode_prompt, load_pair
 from .render import plain_text, token_spans, tokens_ansi
 from .sampling import SamplingConfig
 from .tree import TreeConfig
-
-WARMUP_TOKENS = 8
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -109,43 +106,6 @@ def load_from_args(args):
     configure_cpu_threads(pair)
     prompt_ids = encode_prompt(pair.tokenizer, args.prompt, chat_template=not args.no_chat_template)
     return pair, prompt_ids
-
-
-def compare(pair, prompt_ids: list[int], config: DecodeConfig, warmup: bool = True):
-    """Baseline then speculative on the same prompt: (baseline Run, speculative Run)."""
-    if warmup:  # one short untimed run of each, so that lazy initialisation is not timed
-        short = replace(config, max_new_tokens=min(WARMUP_TOKENS, config.max_new_tokens))
-        run_all(baseline_steps(pair.target, prompt_ids, short, pair.eos))
-        run_all(decode_steps(pair.target, pair.draft, prompt_ids, short, pair.eos))
-    base = run_all(baseline_steps(pair.target, prompt_ids, config, pair.eos))
-    spec = run_all(decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos))
-    return base, spec
-
-
-def comparison_record(tokenizer, prompt_ids, base_steps, spec_steps) -> dict:
-    def side(steps):
-        ids = [t for s in steps for t in s.emitted]
-        seconds = sum(s.seconds for s in steps)
-        return {
-            "token_ids": ids,
-            "text": tokenizer.decode(ids, skip_special_tokens=True),
-            "seconds": seconds,
-            "tokens_per_second": len(ids) / seconds if seconds else 0.0,
-        }
-
-    spec = side(spec_steps) | {
-        "acceptance_rate": acceptance_rate(spec_steps),
-        "mean_accepted_tokens": mean_accepted_tokens(spec_steps),
-        "target_forwards": len(spec_steps),
-        "steps": [{"drafted": s.drafted, "accepted": s.accepted, "emitted": s.emitted} for s in spec_steps],
-    }
-    base = side(base_steps)
-    return {
-        "prompt_ids": list(prompt_ids),
-        "baseline": base,
-        "speculative": spec,
-        "speedup": base["seconds"] / spec["seconds"] if spec["seconds"] else 0.0,
-    }
 
 
 def cmd_generate(args) -> None:
