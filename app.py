@@ -17,6 +17,7 @@ import inspect
 import logging
 import os
 import tempfile
+import threading
 import time
 
 import gradio as gr
@@ -142,6 +143,52 @@ SETTING_NAMES = [
 ]
 
 
+def takes_settings(fn):
+    """``fn(settings, *extra)`` as a Gradio handler of the settings components + ``extra``.
+
+    Gradio injects gr.Request and gr.Progress only into positional parameters it can see, so
+    the handler declares every setting by name (a real signature), then hands ``fn`` one
+    Settings object. Generator functions stay generator functions (Gradio streams them)."""
+    extra = list(inspect.signature(fn).parameters.values())[1:]
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    signature = inspect.Signature(
+        [inspect.Parameter(name, positional) for name in SETTING_NAMES] + [p.replace(kind=positional) for p in extra]
+    )
+
+    def call(args, kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = bound.arguments
+        return fn(Settings(*(values[n] for n in SETTING_NAMES)), *(values[p.name] for p in extra))
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def handler(*args, **kwargs):
+            yield from call(args, kwargs)
+    else:
+
+        @functools.wraps(fn)
+        def handler(*args, **kwargs):
+            return call(args, kwargs)
+
+    handler.__signature__ = signature
+    return handler
+
+
+STOP_FLAGS: dict[str, threading.Event] = {}
+
+
+def stop_flag(request: gr.Request | None) -> threading.Event:
+    """One flag per browser session: Stop sets it, the running race checks it between steps."""
+    return STOP_FLAGS.setdefault(getattr(request, "session_hash", None) or "local", threading.Event())
+
+
+def stop(request: gr.Request):
+    stop_flag(request).set()
+    return "⏹ stopped"
+
+
 def prepare(s: Settings):
     """Settings → (pair, prompt ids, DecodeConfig); raises SpecDemoError with a clear message."""
     if not (s.prompt or "").strip():
@@ -184,19 +231,21 @@ def error_outputs(message: str):
 
 
 @gpu
-def run(*values, progress=gr.Progress(track_tqdm=True)):
+@takes_settings
+def run(s: Settings, request: gr.Request = None, progress=gr.Progress(track_tqdm=True)):
     """The Run button: stream both panes, the summary and the plots as the race goes on."""
-    s = Settings(*values)
+    flag = stop_flag(request)
+    flag.clear()
     try:
         progress(0, desc="loading models (first time only)")
         pair, ids, config = prepare(s)
         decode = decoder(pair.tokenizer)
         last = 0.0
-        for state in run_race(pair, ids, config, s.method):
+        for state in run_race(pair, ids, config, s.method, cancel=flag.is_set):
             now = time.perf_counter()
             if state.done:
                 trace = traces.to_trace(state, s.as_dict(), decode, str(pair.target.device))
-                yield (*render_state(state, decode, s.prompt), "✅ done", trace)
+                yield (*render_state(state, decode, s.prompt), "⏹ stopped" if flag.is_set() else "✅ done", trace)
             elif now - last >= UPDATE_EVERY_S:
                 last = now
                 yield (*render_state(state, decode, s.prompt), "⏳ running…", gr.skip())
@@ -305,9 +354,9 @@ def inspector_view(steps, decode, greedy, index):
 
 
 @gpu
-def stepper_start(*values, progress=gr.Progress(track_tqdm=True)):
+@takes_settings
+def stepper_start(s: Settings, progress=gr.Progress(track_tqdm=True)):
     """Start a speculative run that advances one step per click."""
-    s = Settings(*values)
     try:
         if s.method == "naive":
             raise InputError("the step inspector follows speculative decoding: pick draft model, prompt lookup or tree")
@@ -360,8 +409,10 @@ def inspector_goto(session, index):
 
 
 @gpu
-def benchmark(*values, gammas="1,2,3,4,6,8", repeats=1, with_transformers=False, progress=gr.Progress(track_tqdm=True)):
-    s = Settings(*values)
+@takes_settings
+def benchmark(
+    s: Settings, gammas="1,2,3,4,6,8", repeats=1, with_transformers=False, progress=gr.Progress(track_tqdm=True)
+):
     try:
         try:
             gamma_list = [int(g) for g in str(gammas).split(",") if g.strip()]
@@ -408,12 +459,12 @@ def theory_from_last(trace):
 
 
 @gpu
-def lossless(*values, samples=300, k=2, temperature=1.0, progress=gr.Progress()):
-    s = Settings(*values)
+@takes_settings
+def lossless(s: Settings, samples=300, k=2, check_temperature=1.0, progress=gr.Progress()):
     try:
         if s.method == "naive":
             raise InputError("pick draft model, prompt lookup or tree: the naive method is known not to be lossless")
-        s.temperature = temperature
+        s.temperature = check_temperature
         pair, ids, config = prepare(s)
         check = check_lossless(
             pair,
@@ -615,8 +666,8 @@ def build_demo() -> gr.Blocks:
             status,
             last_trace,
         ]
-        run_event = run_btn.click(run, settings, outputs, concurrency_id="models", api_visibility="private")
-        stop_btn.click(lambda: "⏹ stopped", None, status, cancels=[run_event], queue=False)
+        run_btn.click(run, settings, outputs, concurrency_id="models", api_visibility="private")
+        stop_btn.click(stop, None, status, queue=False)
         export_btn.click(export_trace, last_trace, export_btn, api_visibility="private")
         trace_file.upload(replay, trace_file, outputs, api_visibility="private")
 
@@ -627,7 +678,7 @@ def build_demo() -> gr.Blocks:
         step_slider.release(inspector_goto, [stepper, step_slider], [step_html, step_plot], api_visibility="private")
 
         bench_btn.click(
-            lambda *v: benchmark(*v[:-3], gammas=v[-3], repeats=v[-2], with_transformers=v[-1]),
+            benchmark,
             settings + [bench_gammas, bench_repeats, bench_hf],
             [bench_plot, bench_table],
             concurrency_id="models",
@@ -638,7 +689,7 @@ def build_demo() -> gr.Blocks:
         theory_last.click(theory_from_last, last_trace, [alpha, theory_gamma, cost], api_visibility="private")
         demo.load(theory, [alpha, theory_gamma, cost, last_trace], theory_plot, api_visibility="private")
         check_btn.click(
-            lambda *v: lossless(*v[:-3], samples=v[-3], k=v[-2], temperature=v[-1]),
+            lossless,
             settings + [check_samples, check_k, check_temperature],
             [check_plot, check_text],
             concurrency_id="models",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from concurrent.futures import ThreadPoolExecutor
 
 import plotly.graph_objects as go
@@ -150,7 +151,7 @@ def test_theory_uses_the_last_run():
 
 
 def test_losslessness_check_in_the_app():
-    figure, text = app.lossless(*run_inputs(), samples=60, k=1, temperature=1.0)
+    figure, text = app.lossless(*run_inputs(), samples=60, k=1, check_temperature=1.0)
     assert "p-value" in text and figure is not None
 
 
@@ -158,3 +159,14 @@ def test_benchmark_tab():
     figure, table = app.benchmark(*run_inputs(max_new_tokens=12), gammas="1,3", repeats=1)
     assert "specdemo-speculative" in table and figure is not None
     assert "⚠️" in app.benchmark(*run_inputs(), gammas="x")[1]
+
+
+def test_handlers_expose_progress_and_request_to_gradio():
+    """Gradio injects gr.Progress / gr.Request only into positional parameters it can see."""
+    from gradio.helpers import special_args
+
+    for handler in (app.run, app.stepper_start, app.benchmark, app.lossless):
+        inputs = [None] * (len(app.SETTING_NAMES) + len(inspect.signature(handler).parameters) - 17)
+        _, progress_index, _ = special_args(handler, inputs, None)[:3]
+        assert progress_index is not None, handler.__name__
+    assert inspect.isgeneratorfunction(app.run)

@@ -80,6 +80,9 @@ def test_stop_ends_a_run_and_the_next_run_works(page):
     wait_status(page, "running")
     page.locator("#stop-btn").click()
     wait_status(page, "stopped", timeout=30_000)
+    page.wait_for_timeout(1000)  # the race ends at its next step and shows where it stopped
+    assert page.locator("#status").inner_text().strip().endswith("stopped")
+    assert page.locator("#baseline-pane .tok").count() < 400
     set_max_tokens(page, 16)
     page.locator("#run-btn").click()
     wait_status(page, "done")
