@@ -12,7 +12,7 @@ while it equals the target's argmax, then emit the target's argmax.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
@@ -318,8 +318,6 @@ def naive_handoff_steps(
     there. Nothing the draft wrote is checked, so the output is not the target's: it is shown
     only to contrast it with real (lossless) speculative decoding. Unlike the original
     script it stays in token space (no decode and re-encode), so what differs is the method."""
-    from dataclasses import replace
-
     tokens = list(prompt_ids)
     last = None
     half = max(1, config.max_new_tokens // 2)
@@ -361,8 +359,6 @@ def run_all(steps: Iterator[Step]) -> Run:
 
 def sample_many(target_model, draft_model, prompt_ids, config: DecodeConfig, samples: int, eos=frozenset()):
     """``samples`` independent speculative samples (seeds seed, seed+1, …) with the models loaded once."""
-    from dataclasses import replace
-
     runs = []
     for i in range(samples):
         cfg = replace(config, sampling=replace(config.sampling, seed=config.sampling.seed + i))

@@ -6,7 +6,7 @@ The app turns each state into components; this module knows nothing of gradio.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .engine import DecodeConfig, Step, baseline_steps, decode_steps, naive_handoff_steps, race
 from .metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
@@ -76,8 +76,6 @@ def run_race(
     if method == "naive":
         contender = naive_handoff_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
     else:
-        from dataclasses import replace
-
         cfg = replace(config, method=method)
         contender = decode_steps(pair.target, pair.draft, prompt_ids, cfg, pair.eos, cancel)
     baseline = baseline_steps(pair.target, prompt_ids, config, pair.eos, cancel)
