@@ -1,0 +1,166 @@
+"""Self-distillation data: the target writes its own answers to instructions made here.
+
+The draft must predict what THIS target says next, so the target writes the training text:
+its greedy and sampled answers to a few thousand instructions built from topic × task
+templates and from TinyStories openings. For every answer position we keep the target's
+top-k logits (soft targets for the draft's forward-KL loss), not just the token it chose.
+
+Shards are written one batch at a time into ``out/`` and skipped when they already exist, so
+an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+TOPICS = (
+    "the ocean", "volcanoes", "photosynthesis", "the moon", "black holes", "honey bees", "the water cycle",
+    "climate change", "the human heart", "sleep", "exercise", "healthy breakfasts", "bread baking", "coffee",
+    "tea", "chess", "football", "the Olympic Games", "music theory", "the piano", "jazz", "painting",
+    "photography", "poetry", "the Roman Empire", "ancient Egypt", "the printing press", "the industrial revolution",
+    "democracy", "taxes", "saving money", "inflation", "starting a small business", "job interviews",
+    "public speaking", "learning a new language", "time management", "friendship", "kindness", "gardening",
+    "houseplants", "dogs", "cats", "birds", "recycling", "solar power", "electric cars", "trains", "airplanes",
+    "bicycles", "the internet", "computers", "programming in Python", "machine learning", "smartphones",
+    "video games", "social media", "email etiquette", "cooking pasta", "vegetables", "mountains", "deserts",
+    "rainforests", "earthquakes", "the solar system", "mathematics", "fractions", "prime numbers", "geometry",
+    "chemistry", "atoms", "electricity", "magnets", "the immune system", "vaccines", "first aid", "meditation",
+    "stress", "happiness", "libraries", "reading books", "writing an essay", "history of writing", "maps",
+    "travel on a budget", "camping", "the weather", "snow", "rivers", "bridges", "architecture", "cities",
+)
+TASKS = (
+    "Explain {t} in simple terms.",
+    "What is {t}?",
+    "Give me three interesting facts about {t}.",
+    "Write a short paragraph about {t}.",
+    "Why is {t} important?",
+    "Explain {t} to a ten-year-old.",
+    "List five tips related to {t}.",
+    "What are the main benefits of {t}?",
+    "Write a short poem about {t}.",
+    "Describe the history of {t} in a few sentences.",
+    "What are common misconceptions about {t}?",
+    "How would you teach someone about {t}?",
+    "Summarize the key ideas of {t}.",
+    "Write a short story that involves {t}.",
+    "What questions do people often ask about {t}?",
+    "Compare {t} with something similar and explain the differences.",
+    "Give a step-by-step guide to getting started with {t}.",
+    "What are the pros and cons of {t}?",
+    "Write a tweet about {t}.",
+    "How does {t} affect everyday life?",
+    "Describe {t} in one sentence, then explain it in more detail.",
+    "What should a beginner know about {t}?",
+    "Write an email to a friend about {t}.",
+    "What is the future of {t}?",
+)
+STORY_TASKS = (
+    "Continue this story: {s}",
+    "Write a short story that begins with: {s}",
+    "Finish this children's story in a few sentences: {s}",
+)
+
+
+@dataclass
+class DataConfig:
+    instructions: int = 2400
+    stories: int = 400  # of the instructions, how many continue a TinyStories opening
+    max_new_tokens: int = 128
+    batch_size: int = 48
+    top_k: int = 20  # soft targets kept per position
+    temperatures: tuple[float, ...] = (0.0, 0.7, 1.0)  # answers cycle through these (0 = greedy)
+    seed: int = 0
+
+
+def make_instructions(cfg: DataConfig, story_openings: list[str]) -> list[str]:
+    """Topic × task instructions plus story continuations, shuffled with the seed."""
+    rng = random.Random(cfg.seed)
+    pairs = [task.format(t=topic) for topic in TOPICS for task in TASKS]
+    rng.shuffle(pairs)
+    stories = [rng.choice(STORY_TASKS).format(s=s) for s in story_openings[: cfg.stories]]
+    chosen = pairs[: cfg.instructions - len(stories)] + stories
+    rng.shuffle(chosen)
+    return chosen
+
+
+def story_openings(path: Path, n: int, words: int = 12) -> list[str]:
+    """Openings of TinyStories training stories (never the held-out tail), capitalised."""
+    from .train import TrainConfig, split_stories
+
+    if not path.exists():
+        return []
+    stories = split_stories(path.read_text(encoding="utf-8"))
+    stories = stories[: len(stories) - max(1, int(len(stories) * TrainConfig.val_fraction))]
+    step = max(1, len(stories) // max(1, n))
+    return [" ".join(s.split()[:words]).capitalize() for s in stories[::step][:n]]
+
+
+@torch.inference_mode()
+def write_shard(model, tokenizer, instructions: list[str], temperature: float, cfg: DataConfig, seed: int) -> dict:
+    """Answer one batch; return prompt/answer ids and the target's top-k logits per answer token."""
+    tokenizer.padding_side = "left"
+    messages = [[{"role": "user", "content": text}] for text in instructions]
+    enc = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", padding=True, return_dict=True
+    )
+    torch.manual_seed(seed)
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0 else {"do_sample": False}
+    out = model.generate(
+        **enc,
+        max_new_tokens=cfg.max_new_tokens,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=tokenizer.pad_token_id,
+        **sampling,
+    )
+    width = enc["input_ids"].shape[1]
+    logits = torch.stack(out.logits, dim=1).float()  # [batch, new, V], raw (unwarped) logits
+    top_values, top_ids = logits.topk(cfg.top_k, dim=-1)
+    eos = tokenizer.eos_token_id
+    rows = []
+    for b in range(len(instructions)):
+        prompt = enc["input_ids"][b][enc["attention_mask"][b].bool()].tolist()
+        answer = out.sequences[b, width:].tolist()
+        n = answer.index(eos) + 1 if eos in answer else len(answer)
+        rows.append(
+            {
+                "prompt": prompt,
+                "answer": answer[:n],
+                "top_ids": top_ids[b, :n].to(torch.int32),
+                "top_values": top_values[b, :n].to(torch.float16),
+            }
+        )
+    return {"temperature": temperature, "rows": rows}
+
+
+def generate_data(target_folder: str, out: Path, cfg: DataConfig, data_path: Path, threads: int = 2) -> list[Path]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(threads)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(target_folder)
+    model = AutoModelForCausalLM.from_pretrained(target_folder, dtype=torch.float32).eval()
+    instructions = make_instructions(cfg, story_openings(data_path, cfg.stories))
+    batches = [instructions[i : i + cfg.batch_size] for i in range(0, len(instructions), cfg.batch_size)]
+    shards, start, tokens = [], time.time(), 0
+    for i, batch in enumerate(batches):
+        path = out / f"shard-{i:04d}.pt"
+        shards.append(path)
+        if path.exists():
+            continue
+        temperature = cfg.temperatures[i % len(cfg.temperatures)]
+        shard = write_shard(model, tokenizer, batch, temperature, cfg, cfg.seed * 1000 + i)
+        torch.save(shard, path)
+        tokens += sum(len(r["answer"]) for r in shard["rows"])
+        elapsed = time.time() - start
+        print(
+            f"[data] shard {i + 1}/{len(batches)} T={temperature} {tokens} answer tokens "
+            f"({tokens / elapsed:.0f} tok/s, {elapsed / 60:.1f} min)",
+            flush=True,
+        )
+    return shards

