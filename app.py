@@ -3,7 +3,8 @@
 The UI only: every number, token colour and figure comes from step records that the
 engine in ``specdemo/`` yields. Configuration comes from environment variables:
 
-    SPECDEMO_PRESET          model pair to start with (default: Qwen on CUDA, bundled pair on CPU)
+    SPECDEMO_PRESET          model pair to start with (default: Qwen on CUDA; on a CPU SmolLM2-135M-Instruct
+                             when installed, else the bundled TinyStories pair)
     SPECDEMO_CONCURRENCY     runs at once on the models (default 1: GPU work is serialised)
     SPECDEMO_MAX_QUEUE       requests waiting at most (default 32)
     SPECDEMO_MAX_NEW_TOKENS  cap on max new tokens (default 512)
@@ -36,6 +37,7 @@ from specdemo.models import (
     LoadOptions,
     configure_cpu_threads,
     default_preset_name,
+    default_preset_notice,
     encode_prompt,
     load_pair,
 )
@@ -140,6 +142,7 @@ SETTING_NAMES = [
     "tree_k",
     "tree_depth",
     "tree_nodes",
+    "draft_vocab",
 ]
 
 
@@ -201,7 +204,9 @@ def prepare(s: Settings):
     config = s.config()  # before loading: bad numbers fail fast
     options = LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")
     draft = s.draft_id.strip() if needs_draft else None
-    pair = load_pair(s.target_id.strip(), draft, options, LoadOptions(dtype=options.dtype))
+    pair = load_pair(
+        s.target_id.strip(), draft, options, LoadOptions(dtype=options.dtype), draft_vocab=int(s.draft_vocab or 0)
+    )
     configure_cpu_threads(pair)
     return pair, encode_prompt(pair.tokenizer, s.prompt, chat_template=bool(s.chat_template)), config
 
@@ -327,10 +332,11 @@ def compare_api(
             2,
             4,
             12,
+            p.draft_vocab,
         )
         pair, ids, config = prepare(s)
         base, spec = compare(pair, ids, config)
-        return comparison_record(pair.tokenizer, ids, base.steps, spec.steps)
+        return comparison_record(pair.tokenizer, ids, base, spec)
     except Exception as error:
         raise gr.Error(friendly(error)) from error
 
@@ -492,6 +498,7 @@ def preset_fields(name: str):
         p.target_options.quantization,
         p.target_options.dtype,
         p.chat_template,
+        p.draft_vocab,
         gr.update(choices=examples, value=None),
         examples[0] if examples else gr.skip(),
     )
@@ -520,6 +527,9 @@ def build_demo() -> gr.Blocks:
     first = PRESETS[PRESET]
     with gr.Blocks(title="specdemo: speculative decoding") as demo:
         gr.Markdown(INTRO)
+        notice = default_preset_notice()
+        if notice and PRESET == default_preset_name():
+            gr.Markdown(f"ℹ️ {notice}", elem_id="notice")
         last_trace = gr.State(None)
         with gr.Row():
             with gr.Column(scale=3):
@@ -558,6 +568,12 @@ def build_demo() -> gr.Blocks:
                 )
                 dtype = gr.Radio(DTYPE_CHOICES, value=first.target_options.dtype, label="dtype")
                 chat_template = gr.Checkbox(first.chat_template, label="Apply the chat template")
+                draft_vocab = gr.Number(
+                    first.draft_vocab,
+                    precision=0,
+                    minimum=0,
+                    label="Draft vocabulary: score only the N most frequent tokens (0 = all)",
+                )
         settings = [
             prompt,
             target_id,
@@ -576,6 +592,7 @@ def build_demo() -> gr.Blocks:
             tree_k,
             tree_depth,
             tree_nodes,
+            draft_vocab,
         ]
         assert len(settings) == len(SETTING_NAMES)
 
@@ -652,7 +669,11 @@ def build_demo() -> gr.Blocks:
                 check_text = gr.Markdown("")
                 check_plot = gr.Plot(label="histograms")
 
-        preset.change(preset_fields, preset, [target_id, draft_id, quantization, dtype, chat_template, example, prompt])
+        preset.change(
+            preset_fields,
+            preset,
+            [target_id, draft_id, quantization, dtype, chat_template, draft_vocab, example, prompt],
+        )
         example.change(lambda e: e or gr.skip(), example, prompt)
         outputs = [
             base_pane,

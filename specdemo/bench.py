@@ -1,6 +1,11 @@
 """``python -m specdemo bench``: specdemo against transformers on the same pair and prompts.
 
-Rows (greedy decoding, warm-up excluded, median over repeats):
+Every engine, ours and transformers', is timed the same way: wall clock around each whole
+generation (setup included, synced on CUDA), summed over the prompts; warm-up excluded;
+the repeat with the median total is kept. The per-step stopwatches (t_t, t_d, t_v below) are
+a separate breakdown, never the clock engines are compared with.
+
+Rows (greedy decoding):
   specdemo-baseline, specdemo-speculative (each γ), specdemo-prompt-lookup (each γ),
   specdemo-tree (each γ: a token tree of γ nodes, k = 2, the chain's draft budget),
   transformers-generate, transformers-assisted (each γ, constant schedule),
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from tqdm.auto import tqdm
 
-from .engine import DecodeConfig, Run, baseline_steps, decode_steps, run_all, speculative_steps
+from .engine import DecodeConfig, Run, baseline_steps, decode_steps, run_all, run_timed, speculative_steps
 from .kv import synchronize
 from .metrics import acceptance_rate, mean_accepted_tokens, predicted_speedup
 from .tree import TreeConfig
@@ -44,7 +49,8 @@ class Row:
     engine: str
     gamma: int | None
     tokens: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock, summed over the prompts
+    compute_seconds: float | None = None  # specdemo only: the sum of the step stopwatches
     acceptance_rate: float | None = None
     mean_accepted_tokens: float | None = None
     t_target: float | None = None
@@ -73,15 +79,15 @@ def steady(steps):
     return steps[1:] if len(steps) > 1 else steps
 
 
-def specdemo_row(engine, gamma, make_steps, prompts, repeats) -> Row:
+def specdemo_row(engine, gamma, make_steps, prompts, repeats, device) -> Row:
     def once():
-        runs = [run_all(make_steps(p)) for p in prompts]
-        return runs, sum(r.seconds for r in runs)
+        runs = [run_timed(lambda p=p: make_steps(p), device) for p in prompts]
+        return runs, sum(r.wall_s for r in runs)
 
     runs, seconds = median_runs(once, repeats)
     steps = [s for r in runs for s in r.steps]
     tail = [s for r in runs for s in steady(r.steps)]
-    row = Row(engine, gamma, sum(len(r.token_ids) for r in runs), seconds)
+    row = Row(engine, gamma, sum(len(r.token_ids) for r in runs), seconds, sum(r.seconds for r in runs))
     if engine == "specdemo-baseline":
         row.t_target = statistics.median(s.verify_s for s in tail)
     else:
@@ -132,6 +138,8 @@ def run_bench(
     """Time every engine of ``engines`` (specdemo-baseline always: the predictions need t_t)."""
     base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
     target, draft, eos = pair.target, pair.draft, pair.eos
+    # transformers' assisted generation gets the draft as a plain model (full vocabulary).
+    assistant = getattr(draft, "full_model", draft)
     pad = {"pad_token_id": next(iter(eos), 0)}
     jobs = [("specdemo-baseline", None)]
     if "transformers-generate" in engines:
@@ -143,12 +151,12 @@ def run_bench(
     run_all(baseline_steps(target, prompts[0], warm, eos))
     run_all(speculative_steps(target, draft, prompts[0], warm, eos))
     if any(e.startswith("transformers") for e in engines):
-        set_assistant(draft, gammas[0])
+        set_assistant(assistant, gammas[0])
         target.generate(
             torch.tensor([prompts[0]], device=target.device),
             do_sample=False,
             max_new_tokens=8,
-            assistant_model=draft,
+            assistant_model=assistant,
             **pad,
         )
 
@@ -162,13 +170,13 @@ def run_bench(
                 make = lambda p, cfg=cfg: baseline_steps(target, p, cfg, eos)
             else:
                 make = lambda p, cfg=cfg: decode_steps(target, draft, p, cfg, eos)
-            rows.append(specdemo_row(engine, g, make, prompts, repeats))
+            rows.append(specdemo_row(engine, g, make, prompts, repeats, target.device))
         elif engine == "transformers-generate":
             rows.append(transformers_row(engine, g, target, prompts, max_new_tokens, repeats, **pad))
         elif engine == "transformers-assisted":
-            set_assistant(draft, g)
+            set_assistant(assistant, g)
             rows.append(
-                transformers_row(engine, g, target, prompts, max_new_tokens, repeats, assistant_model=draft, **pad)
+                transformers_row(engine, g, target, prompts, max_new_tokens, repeats, assistant_model=assistant, **pad)
             )
         else:
             rows.append(
@@ -190,6 +198,7 @@ def summarise(rows: list[Row], device: str) -> dict:
             "gamma": r.gamma,
             "tokens": r.tokens,
             "seconds": r.seconds,
+            "compute_seconds": r.compute_seconds,
             "tokens_per_second": r.tokens_per_second,
             "speedup": r.tokens_per_second / hf if hf else None,  # over transformers generate()
             "acceptance_rate": r.acceptance_rate,
@@ -262,7 +271,7 @@ def write_csv(result: dict, path) -> None:
 def write_plot(result: dict, path) -> None:
     from .plots import gamma_sweep_figure
 
-    gamma_sweep_figure(result["rows"]).write_html(path, include_plotlyjs="cdn")
+    gamma_sweep_figure(result["rows"]).write_html(path, include_plotlyjs=True)  # self-contained: works offline
 
 
 def to_json(result: dict) -> str:

@@ -8,27 +8,57 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from .compare import compare, comparison_record
-from .engine import DecodeConfig, sample_many
+from .engine import DecodeConfig, sample_many, validate_config
 from .errors import InputError, SpecDemoError
-from .models import BUNDLED_DRAFT, BUNDLED_TARGET, configure_cpu_threads, encode_prompt, load_pair
+from .models import (
+    DTYPES,
+    PRESETS,
+    LoadOptions,
+    configure_cpu_threads,
+    default_preset_name,
+    encode_prompt,
+    load_pair,
+)
 from .render import plain_text, token_spans, tokens_ansi
 from .sampling import SamplingConfig
 from .tree import TreeConfig
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
 
-def add_model_args(p):
-    p.add_argument("--target", default=BUNDLED_TARGET, help="hub id or local folder (default: the bundled target)")
-    p.add_argument("--draft", default=None, help="hub id or local folder (default: the bundled draft)")
-    p.add_argument("--prompt", required=True)
+def add_pair_args(p):
+    p.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default=default_preset_name(),
+        help="model pair (on a CPU: smollm2-135m when it is installed, else bundled-tinystories)",
+    )
+    p.add_argument("--target", default=None, help="hub id or local folder, instead of the preset's target")
+    p.add_argument("--draft", default=None, help="hub id or local folder, instead of the preset's draft")
+    p.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=None,
+        help="the draft scores only the target's N most frequent tokens (0 = all; default: the preset's)",
+    )
+    p.add_argument("--dtype", choices=list(DTYPES), default=None, help="weights' dtype (default: the preset's)")
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
+
+
+def add_model_args(p):
+    add_pair_args(p)
+    p.add_argument("--prompt", required=True)
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -64,17 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     smp.add_argument("--samples", type=int, required=True)
     add_sampling_args(smp)
     bench = sub.add_parser("bench", help="specdemo vs transformers on the same pair and prompts")
-    bench.add_argument("--target", default=BUNDLED_TARGET)
-    bench.add_argument("--draft", default=BUNDLED_DRAFT)
+    add_pair_args(bench)
     bench.add_argument(
         "--prompts",
         default=None,
-        help="a text file, one prompt per line (default: 20 held-out story openings, or the preset's examples)",
+        help="a text file, one prompt per line (default: the preset's held-out prompts in assets/prompts/)",
     )
     bench.add_argument("--gammas", default="1,2,3,4,6,8")
     bench.add_argument("--max-new-tokens", type=int, default=64)
     bench.add_argument("--repeats", type=int, default=3)
-    bench.add_argument("--no-chat-template", action="store_true")
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--csv", default=None)
     bench.add_argument("--plot", default=None, help="write the speedup-vs-γ figure as HTML")
@@ -100,19 +128,40 @@ def decode_config(args) -> DecodeConfig:
 
 
 def load_from_args(args):
-    method = getattr(args, "method", "draft")
-    draft = None if method == "prompt-lookup" else (args.draft or BUNDLED_DRAFT)
-    pair = load_pair(args.target, draft)
+    """The preset, overridden by --target/--draft/--draft-vocab/--dtype → a loaded Pair."""
+    preset = PRESETS[args.preset]
+    own_target = args.target is not None
+    target_options = LoadOptions() if own_target else preset.target_options
+    draft_options = LoadOptions() if own_target else preset.draft_options
+    if args.dtype:
+        target_options = replace(target_options, dtype=args.dtype)
+        draft_options = replace(draft_options, dtype=args.dtype)
+    draft = None if getattr(args, "method", "draft") == "prompt-lookup" else (args.draft or preset.draft)
+    draft_vocab = args.draft_vocab if args.draft_vocab is not None else (0 if args.draft else preset.draft_vocab)
+    pair = load_pair(
+        args.target or preset.target, draft, target_options, draft_options, draft_vocab=draft_vocab
+    )
     configure_cpu_threads(pair)
-    prompt_ids = encode_prompt(pair.tokenizer, args.prompt, chat_template=not args.no_chat_template)
-    return pair, prompt_ids
+    return pair
+
+
+def encode(pair, args, prompt: str) -> list[int]:
+    return encode_prompt(pair.tokenizer, prompt, chat_template=not args.no_chat_template)
+
+
+def check_prompt(prompt: str) -> None:
+    if not prompt.strip():
+        raise InputError("the prompt is empty: type some text to continue")
 
 
 def cmd_generate(args) -> None:
-    pair, prompt_ids = load_from_args(args)
     config = decode_config(args)
+    validate_config(config)
+    check_prompt(args.prompt)
+    pair = load_from_args(args)
+    prompt_ids = encode(pair, args, args.prompt)
     base_run, spec_run = compare(pair, prompt_ids, config)
-    record = comparison_record(pair.tokenizer, prompt_ids, base_run.steps, spec_run.steps)
+    record = comparison_record(pair.tokenizer, prompt_ids, base_run, spec_run)
     if args.json:
         print(json.dumps(record))
         return
@@ -134,8 +183,14 @@ def cmd_generate(args) -> None:
 
 
 def cmd_sample(args) -> None:
-    pair, prompt_ids = load_from_args(args)
-    samples = sample_many(pair.target, pair.draft, prompt_ids, decode_config(args), args.samples, pair.eos)
+    config = decode_config(args)
+    validate_config(config)
+    check_prompt(args.prompt)
+    if args.samples < 1:
+        raise InputError("--samples must be ≥ 1")
+    pair = load_from_args(args)
+    prompt_ids = encode(pair, args, args.prompt)
+    samples = sample_many(pair.target, pair.draft, prompt_ids, config, args.samples, pair.eos)
     if args.json:
         print(json.dumps({"prompt_ids": prompt_ids, "samples": samples}))
         return
@@ -143,19 +198,15 @@ def cmd_sample(args) -> None:
         print(f"[{i}] {pair.tokenizer.decode(ids, skip_special_tokens=True)}")
 
 
-def bench_prompts(path: str | None) -> list[str]:
-    from .train import heldout_openings
-
-    if path:
-        try:
-            with open(path, encoding="utf-8") as f:
-                prompts = [line.strip() for line in f if line.strip()]
-        except OSError as error:
-            raise InputError(f"cannot read the prompts file {path!r}: {error.strerror}") from error
-        if not prompts:
-            raise InputError(f"the prompts file {path!r} has no prompts (one per line)")
-        return prompts
-    return heldout_openings(20)
+def bench_prompts(path) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            prompts = [line.strip() for line in f if line.strip()]
+    except OSError as error:
+        raise InputError(f"cannot read the prompts file {str(path)!r}: {error.strerror}") from error
+    if not prompts:
+        raise InputError(f"the prompts file {str(path)!r} has no prompts (one per line)")
+    return prompts
 
 
 def cmd_bench(args) -> None:
@@ -169,9 +220,10 @@ def cmd_bench(args) -> None:
         raise InputError("every γ in --gammas must be between 1 and 32")
     if args.repeats < 1:
         raise InputError("--repeats must be ≥ 1")
-    pair = load_pair(args.target, args.draft)
-    configure_cpu_threads(pair)
-    prompts = [encode_prompt(pair.tokenizer, p, not args.no_chat_template) for p in bench_prompts(args.prompts)]
+    validate_config(DecodeConfig(max_new_tokens=args.max_new_tokens))
+    texts = bench_prompts(args.prompts or PRESETS[args.preset].prompts_file)
+    pair = load_from_args(args)
+    prompts = [encode(pair, args, p) for p in texts]
     result = run_bench(pair, prompts, gammas, args.max_new_tokens, args.repeats, progress=not args.json)
     if args.csv:
         write_csv(result, args.csv)

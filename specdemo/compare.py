@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .engine import DecodeConfig, baseline_steps, decode_steps, run_all
+from .engine import DecodeConfig, Run, baseline_steps, decode_steps, run_all, run_timed
 from .metrics import acceptance_rate, mean_accepted_tokens
 
 WARMUP_TOKENS = 8
@@ -17,29 +17,34 @@ def compare(pair, prompt_ids: list[int], config: DecodeConfig, warmup: bool = Tr
         short = replace(config, max_new_tokens=min(WARMUP_TOKENS, config.max_new_tokens))
         run_all(baseline_steps(pair.target, prompt_ids, short, pair.eos))
         run_all(decode_steps(pair.target, pair.draft, prompt_ids, short, pair.eos))
-    base = run_all(baseline_steps(pair.target, prompt_ids, config, pair.eos))
-    spec = run_all(decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos))
+    device = pair.target.device
+    base = run_timed(lambda: baseline_steps(pair.target, prompt_ids, config, pair.eos), device)
+    spec = run_timed(lambda: decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos), device)
     return base, spec
 
 
-def comparison_record(tokenizer, prompt_ids, base_steps, spec_steps) -> dict:
-    def side(steps):
-        ids = [t for s in steps for t in s.emitted]
-        seconds = sum(s.seconds for s in steps)
+def comparison_record(tokenizer, prompt_ids, base_run: Run, spec_run: Run) -> dict:
+    """``seconds``: wall clock around each whole generation (the clock to compare with);
+    ``compute_seconds``: the sum of the step stopwatches (what the per-step breakdowns add up to)."""
+
+    def side(run: Run):
+        ids = run.token_ids
         return {
             "token_ids": ids,
             "text": tokenizer.decode(ids, skip_special_tokens=True),
-            "seconds": seconds,
-            "tokens_per_second": len(ids) / seconds if seconds else 0.0,
+            "seconds": run.wall_s,
+            "compute_seconds": run.seconds,
+            "tokens_per_second": len(ids) / run.wall_s if run.wall_s else 0.0,
         }
 
-    spec = side(spec_steps) | {
+    spec_steps = spec_run.steps
+    spec = side(spec_run) | {
         "acceptance_rate": acceptance_rate(spec_steps),
         "mean_accepted_tokens": mean_accepted_tokens(spec_steps),
         "target_forwards": len(spec_steps),
         "steps": [{"drafted": s.drafted, "accepted": s.accepted, "emitted": s.emitted} for s in spec_steps],
     }
-    base = side(base_steps)
+    base = side(base_run)
     return {
         "prompt_ids": list(prompt_ids),
         "baseline": base,

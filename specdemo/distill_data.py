@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -68,7 +68,8 @@ STORY_TASKS = (
 
 @dataclass
 class DataConfig:
-    instructions: int = 2400
+    instructions: int = 2400  # per round
+    rounds: int = 2  # each round: another seeded draw of instructions, answered at shifted temperatures
     stories: int = 400  # of the instructions, how many continue a TinyStories opening
     max_new_tokens: int = 128
     batch_size: int = 48
@@ -145,22 +146,26 @@ def generate_data(target_folder: str, out: Path, cfg: DataConfig, data_path: Pat
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(target_folder)
     model = AutoModelForCausalLM.from_pretrained(target_folder, dtype=torch.float32).eval()
-    instructions = make_instructions(cfg, story_openings(data_path, cfg.stories))
-    batches = [instructions[i : i + cfg.batch_size] for i in range(0, len(instructions), cfg.batch_size)]
-    shards, start, tokens = [], time.time(), 0
-    for i, batch in enumerate(batches):
-        path = out / f"shard-{i:04d}.pt"
-        shards.append(path)
+    openings = story_openings(data_path, cfg.stories)
+    jobs = []  # (shard path, instructions, temperature, seed)
+    for r in range(cfg.rounds):
+        instructions = make_instructions(replace(cfg, seed=cfg.seed + r), openings)
+        for i in range(0, len(instructions), cfg.batch_size):
+            n = i // cfg.batch_size
+            name = f"shard-{n:04d}.pt" if r == 0 else f"shard-r{r}-{n:04d}.pt"
+            temperature = cfg.temperatures[(n + r) % len(cfg.temperatures)]
+            jobs.append((out / name, instructions[i : i + cfg.batch_size], temperature, cfg.seed * 1000 + r * 100 + n))
+    start, tokens = time.time(), 0
+    for k, (path, batch, temperature, seed) in enumerate(jobs):
         if path.exists():
             continue
-        temperature = cfg.temperatures[i % len(cfg.temperatures)]
-        shard = write_shard(model, tokenizer, batch, temperature, cfg, cfg.seed * 1000 + i)
+        shard = write_shard(model, tokenizer, batch, temperature, cfg, seed)
         torch.save(shard, path)
         tokens += sum(len(r["answer"]) for r in shard["rows"])
         elapsed = time.time() - start
         print(
-            f"[data] shard {i + 1}/{len(batches)} T={temperature} {tokens} answer tokens "
+            f"[data] shard {k + 1}/{len(jobs)} T={temperature} {tokens} answer tokens "
             f"({tokens / elapsed:.0f} tok/s, {elapsed / 60:.1f} min)",
             flush=True,
         )
-    return shards
+    return [path for path, *_ in jobs]

@@ -11,6 +11,7 @@ while it equals the target's argmax, then emit the target's argmax.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 
@@ -18,7 +19,7 @@ import torch
 
 from .drafters import MAX_GAMMA, SCHEDULES, Draft, ModelDrafter, PromptLookupDrafter
 from .errors import InputError
-from .kv import CachedLM, Stopwatch
+from .kv import CachedLM, Stopwatch, synchronize
 from .sampling import SamplingConfig, draw, draw_uniform, make_generator, to_probs, validate_sampling
 from .tree import TreeConfig, tree_steps
 
@@ -79,9 +80,8 @@ class Step:
         return asdict(self)
 
 
-def validate_request(prompt_ids: list[int], config: DecodeConfig, context_length: int | None) -> None:
-    if not prompt_ids:
-        raise InputError("the prompt is empty: type some text to continue")
+def validate_config(config: DecodeConfig) -> None:
+    """Every check that needs no model: run it before loading anything."""
     n = config.max_new_tokens
     if not isinstance(n, int) or n <= 0:
         raise InputError(f"max_new_tokens must be a whole number ≥ 1, got {n}")
@@ -96,6 +96,13 @@ def validate_request(prompt_ids: list[int], config: DecodeConfig, context_length
     if not 0 <= config.min_confidence < 1:
         raise InputError(f"min_confidence must be in [0, 1), got {config.min_confidence}")
     validate_sampling(config.sampling)
+
+
+def validate_request(prompt_ids: list[int], config: DecodeConfig, context_length: int | None) -> None:
+    if not prompt_ids:
+        raise InputError("the prompt is empty: type some text to continue")
+    validate_config(config)
+    n = config.max_new_tokens
     if context_length:
         if len(prompt_ids) >= context_length:
             raise InputError(
@@ -294,6 +301,7 @@ class Run:
     """All the steps of one generation, and what follows from them."""
 
     steps: list[Step]
+    wall_s: float = 0.0  # wall clock around the whole generation, setup included (``run_timed``)
 
     @property
     def token_ids(self) -> list[int]:
@@ -301,6 +309,7 @@ class Run:
 
     @property
     def seconds(self) -> float:
+        """Compute time: the sum of the steps' own stopwatches (for breakdowns, not comparisons)."""
         return sum(s.seconds for s in self.steps)
 
 
@@ -355,6 +364,16 @@ def race(baseline: Iterator[Step], contender: Iterator[Step]) -> Iterator[tuple[
 
 def run_all(steps: Iterator[Step]) -> Run:
     return Run(list(steps))
+
+
+def run_timed(make_steps: Callable[[], Iterator[Step]], device) -> Run:
+    """Run a whole generation under one wall clock, setup (validation, caches) included, synced
+    on CUDA: the clock every engine is compared with, ours and transformers' alike."""
+    synchronize(device)
+    start = time.perf_counter()
+    steps = list(make_steps())
+    synchronize(device)
+    return Run(steps, time.perf_counter() - start)
 
 
 def sample_many(target_model, draft_model, prompt_ids, config: DecodeConfig, samples: int, eos=frozenset()):

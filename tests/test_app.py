@@ -33,6 +33,7 @@ def run_inputs(**changes):
         tree_k=2,
         tree_depth=4,
         tree_nodes=12,
+        draft_vocab=0,
     )
     values.update(changes)
     return [values[name] for name in app.SETTING_NAMES]
@@ -166,7 +167,7 @@ def test_handlers_expose_progress_and_request_to_gradio():
     from gradio.helpers import special_args
 
     for handler in (app.run, app.stepper_start, app.benchmark, app.lossless):
-        inputs = [None] * (len(app.SETTING_NAMES) + len(inspect.signature(handler).parameters) - 17)
+        inputs = [None] * (len(app.SETTING_NAMES) + len(inspect.signature(handler).parameters) - len(app.SETTING_NAMES))
         _, progress_index, _ = special_args(handler, inputs, None)[:3]
         assert progress_index is not None, handler.__name__
     assert inspect.isgeneratorfunction(app.run)
