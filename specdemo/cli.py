@@ -138,9 +138,7 @@ def load_from_args(args):
         draft_options = replace(draft_options, dtype=args.dtype)
     draft = None if getattr(args, "method", "draft") == "prompt-lookup" else (args.draft or preset.draft)
     draft_vocab = args.draft_vocab if args.draft_vocab is not None else (0 if args.draft else preset.draft_vocab)
-    pair = load_pair(
-        args.target or preset.target, draft, target_options, draft_options, draft_vocab=draft_vocab
-    )
+    pair = load_pair(args.target or preset.target, draft, target_options, draft_options, draft_vocab=draft_vocab)
     configure_cpu_threads(pair)
     return pair
 

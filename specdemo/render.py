@@ -42,10 +42,9 @@ def _spans(steps: Iterable, decode) -> Iterable[dict]:
         else:
             shown = list(enumerate(step.drafted))
         for i, (node, tok) in enumerate(shown):
-            # Drafts past the end (EOS or budget cut) are never shown as accepted.
-            kind = "accepted" if i < step.accepted and i < len(kept) else "rejected"
-            if kind == "rejected" and i < step.accepted:
-                continue
+            if i >= len(kept) and step.correction is None and step.bonus is None:
+                break  # the text ended at an EOS among the kept drafts: nothing after it was checked
+            kind = "accepted" if i < step.accepted else "rejected"
             yield {
                 "text": decode(tok),
                 "kind": kind,

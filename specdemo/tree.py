@@ -27,14 +27,7 @@ import torch
 from .errors import InputError, ModelLoadError
 from .kv import CachedLM, Stopwatch
 from .sampling import SamplingConfig, align_vocab, draw, draw_uniform, make_generator, to_probs
-
-
-@dataclass(frozen=True)
-class TreeConfig:
-    k: int = 2  # children per node
-    depth: int = 4
-    max_nodes: int = 12
-    min_prob: float = 0.0  # prune nodes whose cumulative draft probability is below this
+from .steps import TreeConfig, context_length, drive, settle, validate_request
 
 
 @dataclass
@@ -256,8 +249,6 @@ def tree_steps(
     """Speculative decoding with a token tree; yields one Step per target forward.
 
     Checks run at the call (not at the first step), so an unsupported model fails at once."""
-    from .engine import context_length, drive, finish_emitted, validate_request
-
     validate_request(prompt_ids, config, context_length(target_model))
     validate_tree(tree_config)
     if draft_model is None:
@@ -288,7 +279,7 @@ def tree_steps(
             else:
                 step.correction = verdict.token
             path_tokens = [tree.tokens[n] for n in verdict.path]
-            step.emitted, step.finished = finish_emitted(path_tokens + [verdict.token], budget, eos)
+            settle(step, path_tokens, verdict.token, budget, eos)
             tokens.extend(step.emitted)
         step.draft_s, step.verify_s, step.rest_s = t_draft.seconds, t_verify.seconds, t_rest.seconds
 

@@ -109,8 +109,12 @@ def test_eos_inside_a_drafted_run_stops_at_the_eos(llama_pair):
     run = run_all(speculative_steps(target, target, PROMPTS[0], DecodeConfig(max_new_tokens=40, gamma=8), eos=eos))
     first = next(i for i, t in enumerate(expected) if t in eos)
     assert run.token_ids == expected[: first + 1]
-    assert run.steps[-1].finished
-    assert len(run.steps[-1].drafted) > run.steps[-1].emitted.index(expected[first])
+    last = run.steps[-1]
+    assert last.finished
+    assert len(last.drafted) > last.emitted.index(expected[first]) + 1  # drafts went on past the EOS
+    # ...but only the drafts up to the EOS count as accepted, and no target token follows it
+    assert last.accepted == len(last.emitted) and last.bonus is None and last.correction is None
+    assert sum(s.accepted for s in run.steps) == first + 1 - sum(1 for s in run.steps[:-1])
 
 
 @pytest.mark.parametrize("budget", [1, 2, 5, 9, 13])

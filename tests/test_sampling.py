@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from scipy.stats import chisquare
@@ -49,22 +51,28 @@ def reference_probs(logits: torch.Tensor, s: SamplingConfig) -> torch.Tensor:
     return probs
 
 
-def exact_joint(target, prompt: list[int], s: SamplingConfig) -> torch.Tensor:
-    """P(x1, x2) by enumeration: p(x1 | prompt) · p(x2 | prompt, x1) for all V² pairs."""
+def exact_joint(target, prompt: list[int], s: SamplingConfig, length: int = 2) -> torch.Tensor:
+    """P(x1, …, x_length) by enumeration, chaining p(x_i | prompt, x_<i): a [V] * length tensor."""
+    import itertools
+
     vocab = target.config.vocab_size
+    joint = torch.ones((), dtype=torch.float64)
     with torch.no_grad():
-        first = reference_probs(target(torch.tensor([prompt])).logits[0, -1], s)
-        batch = torch.tensor([prompt + [x] for x in range(vocab)])
-        second = reference_probs(target(batch).logits[:, -1], s)
-    return first[:, None] * second
+        for n in range(length):
+            prefixes = [list(p) for p in itertools.product(range(vocab), repeat=n)]
+            batch = torch.tensor([prompt + p for p in prefixes])
+            probs = reference_probs(target(batch).logits[:, -1], s)  # [V^n, V]
+            joint = joint[..., None] * probs.reshape(*([vocab] * n), vocab)
+    return joint
 
 
 def chi2_pvalue(samples: list[list[int]], joint: torch.Tensor) -> float:
-    vocab = joint.shape[0]
-    observed = torch.zeros(vocab * vocab, dtype=torch.float64)
+    """χ² goodness of fit of the first ``joint.ndim`` tokens of each sample to ``joint``."""
+    vocab, k = joint.shape[0], joint.ndim
+    observed = torch.zeros(vocab**k, dtype=torch.float64)
     for tokens in samples:
-        assert len(tokens) >= 2, "an end-of-sequence among the first two tokens: pick another prompt"
-        observed[tokens[0] * vocab + tokens[1]] += 1
+        assert len(tokens) >= k, f"an end-of-sequence among the first {k} tokens: pick another prompt"
+        observed[sum(t * vocab ** (k - 1 - i) for i, t in enumerate(tokens[:k]))] += 1
     expected = joint.flatten() * len(samples)
     assert observed[expected == 0].sum() == 0, "a pair the target can never produce was sampled"
     small = expected < 5  # pool the rare cells so the χ² approximation holds
@@ -109,6 +117,54 @@ def test_first_two_tokens_follow_the_target_distribution(draft_name, method, sam
     pvalue = chi2_pvalue(samples, exact_joint(TARGET, PROMPT, sampling))
     print(f"chi2 p-value {pvalue:.4f}")
     assert pvalue > 1e-3
+
+
+def test_the_bonus_token_follows_the_target_distribution():
+    """γ = 1: every fully accepted step's second token is the bonus, drawn from p_2 (the verify's
+    last row). A three-token joint also covers the step after it."""
+    sampling = SamplingConfig(temperature=1.0, seed=8)
+    cfg = DecodeConfig(max_new_tokens=3, gamma=1, sampling=sampling)
+    draft = DRAFTS["near"]()
+    samples = sample_many(TARGET, draft, PROMPT, cfg, SAMPLES)
+    pvalue = chi2_pvalue(samples, exact_joint(TARGET, PROMPT, sampling, length=3))
+    print(f"chi2 p-value {pvalue:.4f}")
+    assert pvalue > 1e-3
+    firsts = [next(engine.speculative_steps(TARGET, draft, PROMPT, seeded(cfg, seed))) for seed in range(20)]
+    assert any(s.bonus is not None and len(s.emitted) == 2 for s in firsts)  # the bonus path is taken
+
+
+def seeded(cfg: DecodeConfig, seed: int) -> DecodeConfig:
+    return replace(cfg, sampling=replace(cfg.sampling, seed=seed))
+
+
+def test_the_chi2_check_catches_a_bonus_drawn_from_the_wrong_row(monkeypatch):
+    """The control for the test above: a bonus from p_1 instead of p_2 must fail it."""
+    real = engine.verify_draft
+
+    def wrong_row(logits, draft, sampling, generator, step):
+        if len(draft):
+            logits = logits.clone()
+            logits[len(draft)] = logits[len(draft) - 1]
+        return real(logits, draft, sampling, generator, step)
+
+    monkeypatch.setattr(engine, "verify_draft", wrong_row)
+    sampling = SamplingConfig(temperature=1.0, seed=8)
+    cfg = DecodeConfig(max_new_tokens=3, gamma=1, sampling=sampling)
+    samples = sample_many(TARGET, DRAFTS["near"](), PROMPT, cfg, SAMPLES)
+    with pytest.raises(AssertionError):
+        assert chi2_pvalue(samples, exact_joint(TARGET, PROMPT, sampling, length=3)) > 1e-3
+
+
+def test_the_chi2_check_catches_a_tree_that_skips_the_rule(monkeypatch):
+    """Accepting the first candidate at every node must fail the same check."""
+    from specdemo import tree
+
+    monkeypatch.setattr(tree, "draw_uniform", lambda generator: 0.0)
+    sampling = SamplingConfig(temperature=1.0, seed=9)
+    cfg = DecodeConfig(max_new_tokens=3, gamma=4, method="tree", sampling=sampling)
+    samples = sample_many(TARGET, DRAFTS["far"](), PROMPT, cfg, 1000)
+    with pytest.raises(AssertionError):
+        assert chi2_pvalue(samples, exact_joint(TARGET, PROMPT, sampling)) > 1e-3
 
 
 def test_the_chi2_check_catches_a_sampler_that_skips_the_rule(monkeypatch):
