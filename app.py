@@ -26,6 +26,7 @@ import gradio as gr
 from specdemo import trace as traces
 from specdemo.bench import ENGINES, format_table, run_bench
 from specdemo.compare import compare, comparison_record
+from specdemo.divergence import dtype_name
 from specdemo.engine import DecodeConfig, decode_steps
 from specdemo.errors import InputError, SpecDemoError
 from specdemo.live import RaceState, run_race
@@ -219,9 +220,10 @@ def render_state(state: RaceState, decode, prompt: str):
     """A race state → the two panes, the summary and the five live plots."""
     reference = state.tokens("baseline")
     label = "naive (not lossless)" if state.method == "naive" else "speculative"
+    mark = state.first_difference() if state.greedy and state.lossless else None
     return (
-        tokens_html(token_spans(state.baseline, decode), state.greedy, prompt),
-        tokens_html(token_spans(state.contender, decode, reference), state.greedy, prompt),
+        tokens_html(token_spans(state.baseline, decode, mark=mark), state.greedy, prompt),
+        tokens_html(token_spans(state.contender, decode, reference, mark), state.greedy, prompt),
         summary_html(state.summary(), state.greedy, state.lossless),
         *live_figures(state.baseline, state.contender, label),
         time_breakdown_figure(state.contender),
@@ -336,7 +338,7 @@ def compare_api(
         )
         pair, ids, config = prepare(s)
         base, spec = compare(pair, ids, config)
-        return comparison_record(pair.tokenizer, ids, base, spec)
+        return comparison_record(pair.tokenizer, ids, base, spec, dtype_name(pair.target))
     except Exception as error:
         raise gr.Error(friendly(error)) from error
 

@@ -11,6 +11,7 @@ import sys
 from dataclasses import replace
 
 from .compare import compare, comparison_record
+from .divergence import dtype_name
 from .engine import DecodeConfig, sample_many, validate_config
 from .errors import InputError, SpecDemoError
 from .models import (
@@ -159,7 +160,7 @@ def cmd_generate(args) -> None:
     pair = load_from_args(args)
     prompt_ids = encode(pair, args, args.prompt)
     base_run, spec_run = compare(pair, prompt_ids, config)
-    record = comparison_record(pair.tokenizer, prompt_ids, base_run, spec_run)
+    record = comparison_record(pair.tokenizer, prompt_ids, base_run, spec_run, dtype_name(pair.target))
     if args.json:
         print(json.dumps(record))
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .divergence import explain
 from .engine import DecodeConfig, Run, baseline_steps, decode_steps, run_all, run_timed
 from .metrics import acceptance_rate, mean_accepted_tokens
 
@@ -23,9 +24,10 @@ def compare(pair, prompt_ids: list[int], config: DecodeConfig, warmup: bool = Tr
     return base, spec
 
 
-def comparison_record(tokenizer, prompt_ids, base_run: Run, spec_run: Run) -> dict:
+def comparison_record(tokenizer, prompt_ids, base_run: Run, spec_run: Run, dtype: str = "float32") -> dict:
     """``seconds``: wall clock around each whole generation (the clock to compare with);
-    ``compute_seconds``: the sum of the step stopwatches (what the per-step breakdowns add up to)."""
+    ``compute_seconds``: the sum of the step stopwatches (what the per-step breakdowns add up to);
+    ``first_divergence``: where and why greedy outputs differ (null when identical)."""
 
     def side(run: Run):
         ids = run.token_ids
@@ -50,4 +52,6 @@ def comparison_record(tokenizer, prompt_ids, base_run: Run, spec_run: Run) -> di
         "baseline": base,
         "speculative": spec,
         "speedup": base["seconds"] / spec["seconds"] if spec["seconds"] else 0.0,
+        "dtype": dtype,
+        "first_divergence": explain(base_run.steps, spec_steps, dtype),
     }

@@ -33,6 +33,7 @@ from .steps import (  # noqa: F401  (re-exported: the engine's public names)
     run_all,
     run_timed,
     settle,
+    top_two,
     validate_config,
     validate_request,
 )
@@ -64,6 +65,7 @@ def verify_draft(logits: torch.Tensor, draft: Draft, sampling: SamplingConfig, g
             n += 1
         step.accepted = n
         token = target_choice[n]
+        step.top2 = top_two(logits[: n + 1])
         if n < k:  # for the inspector: the target's and the draft's views at the rejection
             step.p_top = top_entries(probs[n])
             step.q_top = top_entries(draft.q_row(n, probs.shape[-1], probs.device))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from .divergence import dtype_name, explain
 from .engine import DecodeConfig, Step, baseline_steps, decode_steps, naive_handoff_steps, race
 from .metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
 
@@ -27,6 +28,7 @@ class RaceState:
     baseline: list[Step] = field(default_factory=list)
     contender: list[Step] = field(default_factory=list)
     done: bool = False
+    dtype: str = "float32"  # the target's weights: where greedy outputs may differ, this is why
 
     @property
     def lossless(self) -> bool:
@@ -66,6 +68,9 @@ class RaceState:
         diff = self.first_difference()
         out["identical_so_far"] = diff is None
         out["first_difference"] = diff
+        out["dtype"] = self.dtype
+        if diff is not None and self.greedy and self.lossless:
+            out["divergence"] = explain(base, spec, self.dtype)
         return out
 
 
@@ -79,7 +84,7 @@ def run_race(
         cfg = replace(config, method=method)
         contender = decode_steps(pair.target, pair.draft, prompt_ids, cfg, pair.eos, cancel)
     baseline = baseline_steps(pair.target, prompt_ids, config, pair.eos, cancel)
-    state = RaceState(method, config.sampling.greedy)
+    state = RaceState(method, config.sampling.greedy, dtype=dtype_name(pair.target))
     for side, step in race(baseline, contender):
         (state.baseline if side == "baseline" else state.contender).append(step)
         yield state

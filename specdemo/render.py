@@ -20,15 +20,19 @@ KINDS = {
 }
 
 
-def token_spans(steps: Iterable, decode, reference: Sequence[int] | None = None) -> Iterable[dict]:
+def token_spans(
+    steps: Iterable, decode, reference: Sequence[int] | None = None, mark: int | None = None
+) -> Iterable[dict]:
     """One dict per shown token: text, kind, step index, and p, q, min(1, p/q) for drafts.
 
     With ``reference`` (the baseline's tokens), each output token that differs from the
-    baseline's token at the same position gets ``differs=True``."""
+    baseline's token at the same position gets ``differs=True``; the output token at position
+    ``mark`` (the first divergence) gets ``marked=True``."""
     position = 0
     for span in _spans(steps, decode):
         if span["kind"] != "rejected":
             span["differs"] = reference is not None and position < len(reference) and reference[position] != span["id"]
+            span["marked"] = position == mark
             position += 1
         yield span
 
@@ -95,6 +99,9 @@ def tokens_html(spans: Iterable[dict], greedy: bool = True, prompt: str = "") ->
         if span.get("differs"):
             style += "border-bottom:2px dashed #d00000;"
             hover += "  · differs from the baseline here"
+        if span.get("marked"):
+            style += "outline:2px solid #d00000;"
+            hover += "  · the first token where the two outputs differ (see “why?” below)"
         text = html.escape(span["text"]).replace("\n", "↵<br>")
         title = html.escape(hover, quote=True)
         parts.append(f'<span class="tok tok-{label}" style="{style}" title="{title}">{text}</span>')
@@ -144,16 +151,31 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
     elif greedy:
         rows.append(
             (
-                "identical to baseline",
-                "✓" if diff is None else f"✗ (token {diff})",
-                "greedy speculative decoding must reproduce the baseline token for token",
+                f"identical to baseline ({summary.get('dtype', 'float32')})",
+                "✓" if diff is None else f"✗ differs at token {diff}",
+                "greedy speculative decoding reproduces the baseline token for token in exact arithmetic",
             )
         )
     cells = "".join(
         f"<tr><th>{html.escape(k)}</th><td class='value'>{html.escape(v)}</td><td>{html.escape(m)}</td></tr>"
         for k, v, m in rows
     )
-    return f"<table class='summary'>{cells}</table>"
+    return f"<table class='summary'>{cells}</table>" + divergence_html(summary.get("divergence"))
+
+
+def divergence_html(why: dict | None) -> str:
+    """"differs at token N — why?", opening the explanation (top-2 gaps in both computations)."""
+    if not why:
+        return ""
+    return (
+        f"<details class='divergence' open><summary><b>differs at token {why['position']} — why?</b></summary>"
+        f"<p>{html.escape(why['verdict'])}.</p><p>At token {why['position']} the target's two best tokens are "
+        f"almost equally likely. The baseline scores one token per forward; the verify scores γ+1 tokens in one "
+        f"batched forward, and in {html.escape(why['dtype'])} the two shapes of matrix product round differently, "
+        "so here they pick different winners. Both texts are the target's greedy output up to that rounding; "
+        "from this token on they follow different paths. In float32 the gap is far larger than the rounding, "
+        "and the outputs are identical (choose dtype float32 under Advanced).</p></details>"
+    )
 
 
 def verdicts(step) -> list[str]:

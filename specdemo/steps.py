@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
+import torch
+
 from .drafters import MAX_GAMMA, SCHEDULES
 from .errors import InputError
 from .kv import synchronize
@@ -65,6 +67,9 @@ class Step:
     tree_path: list[int] = field(default_factory=list)
     # At a rejection, for the step inspector: top-10 (id, prob) of the residual, p and q.
     residual_top: list[tuple[int, float]] = field(default_factory=list)
+    # Greedy only, for the divergence explainer: at each emitted position, the target's two best
+    # tokens and their logits in THIS computation (a 1-token step or a batched verify row).
+    top2: list[tuple[int, float, int, float]] = field(default_factory=list)
     p_top: list[tuple[int, float]] = field(default_factory=list)
     q_top: list[tuple[int, float]] = field(default_factory=list)
 
@@ -139,6 +144,12 @@ def finish_emitted(emitted: list[int], budget: int, eos: set[int]) -> tuple[list
         if tok in eos:
             return emitted[: i + 1], True
     return emitted[:budget], len(emitted) >= budget
+
+
+def top_two(rows: torch.Tensor) -> list[tuple[int, float, int, float]]:
+    """(best id, its logit, second id, its logit) of each row of logits."""
+    values, ids = rows.float().topk(2, dim=-1)
+    return [(i[0], v[0], i[1], v[1]) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
 
 
 def settle(step: Step, kept: list[int], token: int, budget: int, eos: set[int]) -> None:

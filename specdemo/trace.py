@@ -46,6 +46,7 @@ def to_trace(state: RaceState, settings: dict, decode, device: str = "cpu") -> d
         "settings": settings,
         "method": state.method,
         "greedy": state.greedy,
+        "dtype": state.dtype,
         "baseline": [s.to_dict() for s in state.baseline],
         "contender": [s.to_dict() for s in state.contender],
         "summary": state.summary(),
@@ -77,5 +78,12 @@ def from_trace(data: dict | str):
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise InputError(f"this file is not a readable specdemo trace ({type(error).__name__}: {error})") from None
-    state = RaceState(data["method"], bool(data["greedy"]), steps["baseline"], steps["contender"], done=True)
+    state = RaceState(
+        data["method"],
+        bool(data["greedy"]),
+        steps["baseline"],
+        steps["contender"],
+        done=True,
+        dtype=str(data.get("dtype", "float32")),
+    )
     return state, (lambda t: texts.get(t, f"<{t}>")), data.get("settings", {})

@@ -27,7 +27,7 @@ import torch
 from .errors import InputError, ModelLoadError
 from .kv import CachedLM, Stopwatch
 from .sampling import SamplingConfig, align_vocab, draw, draw_uniform, make_generator, to_probs
-from .steps import TreeConfig, context_length, drive, settle, validate_request
+from .steps import TreeConfig, context_length, drive, settle, top_two, validate_request
 
 
 @dataclass
@@ -268,6 +268,8 @@ def tree_steps(
             logits = forward_tree(target, pending, tree, range(len(tree)), len(tokens))[len(pending) - 1 :]
         with Stopwatch(target.device) as t_rest:
             verdict = walk_tree(tree, logits, config.sampling, generator)
+            if config.sampling.greedy:  # the rows that chose each emitted token: root, then the path
+                step.top2 = top_two(logits[[0] + [n + 1 for n in verdict.path]])
             target.rollback_to(len(tokens))  # crop every tree node; the path is re-fed next step
             step.drafted, step.p, step.draws = list(tree.tokens), verdict.p, verdict.draws
             # q of each node under its parent's draft distribution (probs are cumulative)

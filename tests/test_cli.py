@@ -31,7 +31,8 @@ def test_generate_json_shape_and_identity(tiny_folders):
     )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert set(out) == {"prompt_ids", "baseline", "speculative", "speedup"}
+    assert set(out) == {"prompt_ids", "baseline", "speculative", "speedup", "dtype", "first_divergence"}
+    assert out["dtype"] == "float32" and out["first_divergence"] is None  # fp32 greedy: identical
     assert set(out["baseline"]) == {"token_ids", "text", "seconds", "compute_seconds", "tokens_per_second"}
     assert set(out["speculative"]) >= {
         "token_ids",

@@ -1,0 +1,76 @@
+"""Why greedy speculative output can differ from the baseline, found and explained.
+
+In exact arithmetic greedy speculative decoding emits the baseline's tokens one for one. In
+bf16/fp16 it need not: the baseline scores one token per forward, the verify scores γ+1 tokens in
+one batched forward, and the two matrix-product shapes round differently. Where the target's two
+best tokens are nearly tied, the rounding can pick the other one; from there on the two texts
+follow different (equally valid) greedy paths. This module finds the first differing position
+and reports the target's top-2 tokens and their logit gap in each computation (both recorded
+during the run, ``Step.top2``), against the gap typical of this run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+NEAR_TIE = 0.1  # a gap below this share of the run's median gap is a near-tie
+
+
+def position_rows(steps: Sequence) -> list[tuple[int, float, int, float]]:
+    """The top-2 record of every emitted token, in output order."""
+    return [row for s in steps for row in s.top2[: len(s.emitted)]]
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def explain(base_steps: Sequence, spec_steps: Sequence, dtype: str, decode=None) -> dict | None:
+    """The first greedy divergence and why, or None when the outputs are identical."""
+    base_ids = [t for s in base_steps for t in s.emitted]
+    spec_ids = [t for s in spec_steps for t in s.emitted]
+    n = first_difference(base_ids, spec_ids)
+    if n is None or n >= min(len(base_ids), len(spec_ids)):
+        return None  # identical, or one side is still running / was cut by its budget
+    base_rows, spec_rows = position_rows(base_steps), position_rows(spec_steps)
+    if n >= len(base_rows) or n >= len(spec_rows):
+        return None  # not greedy, or a method that records no logits (naive)
+    b, v = base_rows[n], spec_rows[n]
+    gaps = [r[1] - r[3] for r in base_rows]
+    typical = statistics.median(gaps) if gaps else 0.0
+    base_gap, verify_gap = b[1] - b[3], v[1] - v[3]
+    near_tie = max(base_gap, verify_gap) <= NEAR_TIE * typical
+    if near_tie:
+        verdict = (
+            f"near-tie flipped by {dtype} rounding: top-2 gap {base_gap:.3f} in the 1-token step vs "
+            f"{verify_gap:.3f} in the batched verify, typical gap {typical:.2f}"
+        )
+    else:
+        verdict = (
+            f"NOT a near-tie (gap {base_gap:.3f} / {verify_gap:.3f} vs typical {typical:.2f}) in {dtype}: "
+            "this would be a bug, please report it"
+        )
+    out = {
+        "position": n,
+        "baseline_token": base_ids[n],
+        "speculative_token": spec_ids[n],
+        "baseline_top2": [b[0], b[2]],
+        "verify_top2": [v[0], v[2]],
+        "baseline_top2_gap": base_gap,
+        "verify_top2_gap": verify_gap,
+        "typical_top2_gap": typical,
+        "near_tie": near_tie,
+        "dtype": dtype,
+        "verdict": verdict,
+    }
+    if decode is not None:
+        out["baseline_text"], out["speculative_text"] = decode(base_ids[n]), decode(spec_ids[n])
+    return out
+
+
+def dtype_name(model) -> str:
+    return str(getattr(model, "dtype", "float32")).removeprefix("torch.")

