@@ -214,7 +214,8 @@ recipe never used. {training}
 
 ## Speculative decoding with this draft
 Greedy, the 20 held-out instructions with the chat template, 96 new tokens at most, wall clock around
-each whole generation, {platform.machine()} CPU, {torch.get_num_threads()} thread(s), fp32. Target step t_t = {base["t_target"] * 1e3:.1f} ms; specdemo baseline {base["tokens_per_second"]:.1f}
+each whole generation, {platform.machine()} CPU, {torch.get_num_threads()} thread(s), fp32.
+Target step t_t = {base["t_target"] * 1e3:.1f} ms; specdemo baseline {base["tokens_per_second"]:.1f}
 tokens/s{f", transformers generate() {hf['tokens_per_second']:.1f}" if hf else ""}.
 
 | γ | acceptance | α per draft position | τ | c = t_d/t_t | t_v/t_t | tokens/s | speedup | predicted \

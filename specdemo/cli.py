@@ -94,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     smp.add_argument("--max-new-tokens", type=int, required=True)
     smp.add_argument("--samples", type=int, required=True)
     add_sampling_args(smp)
+    prec = sub.add_parser("precision", help="speed and greedy identity of a pair in several dtypes")
+    add_pair_args(prec)
+    prec.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated dtypes to compare")
+    prec.add_argument("--prompts", default=None, help="a text file, one prompt per line (default: the preset's)")
+    prec.add_argument("--gamma", type=int, default=4)
+    prec.add_argument("--max-new-tokens", type=int, default=64)
+    prec.add_argument("--json", action="store_true")
+
     bench = sub.add_parser("bench", help="specdemo vs transformers on the same pair and prompts")
     add_pair_args(bench)
     bench.add_argument(
@@ -231,6 +239,19 @@ def cmd_bench(args) -> None:
     print(to_json(result) if args.json else format_table(result))
 
 
+def cmd_precision(args) -> None:
+    from .precision import format_precision, precision_table
+
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if not dtypes or any(d not in DTYPES or d == "auto" for d in dtypes):
+        raise InputError(f"--dtypes takes some of float32, bfloat16, float16, got {args.dtypes!r}")
+    validate_config(DecodeConfig(max_new_tokens=args.max_new_tokens, gamma=args.gamma))
+    texts = bench_prompts(args.prompts or PRESETS[args.preset].prompts_file)
+    load = lambda dtype: load_from_args(argparse.Namespace(**{**vars(args), "dtype": dtype}))  # noqa: E731
+    rows = precision_table(load, texts, lambda pair, t: encode(pair, args, t), dtypes, args.gamma, args.max_new_tokens)
+    print(json.dumps(rows) if args.json else format_precision(rows))
+
+
 def quiet_libraries() -> None:
     from transformers.utils import logging
 
@@ -238,12 +259,17 @@ def quiet_libraries() -> None:
     logging.disable_progress_bar()
 
 
+COMMANDS = {"generate": cmd_generate, "sample": cmd_sample, "bench": cmd_bench, "precision": cmd_precision}
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "json", False):
         quiet_libraries()
     try:
-        {"generate": cmd_generate, "sample": cmd_sample, "bench": cmd_bench}[args.command](args)
+        {"generate": cmd_generate, "sample": cmd_sample, "bench": cmd_bench, "precision": cmd_precision}[args.command](
+            args
+        )
     except SpecDemoError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
