@@ -157,7 +157,8 @@ def measure_smollm2(gammas=(2, 3, 4, 6), max_new_tokens=96, repeats=1) -> dict:
     )
     configure_cpu_threads(pair)
     prompts = [encode_prompt(pair.tokenizer, p) for p in preset.examples]
-    bench = run_bench(pair, prompts, list(gammas), max_new_tokens, repeats)
+    engines = ("specdemo-baseline", "specdemo-speculative", "transformers-generate", "transformers-assisted")
+    bench = run_bench(pair, prompts, list(gammas), max_new_tokens, repeats, engines=engines)
     best = max(
         (r for r in bench["rows"] if r["engine"] == "specdemo-speculative"), key=lambda r: r["speedup_over_baseline"]
     )

@@ -10,6 +10,7 @@ import json
 import sys
 from dataclasses import replace
 
+from .bench import ENGINES
 from .compare import compare, comparison_record
 from .divergence import dtype_name
 from .engine import DecodeConfig, sample_many, validate_config
@@ -110,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a text file, one prompt per line (default: the preset's held-out prompts in assets/prompts/)",
     )
     bench.add_argument("--gammas", default="1,2,3,4,6,8")
+    bench.add_argument(
+        "--engines", default=",".join(ENGINES), help="comma-separated subset (specdemo-baseline always runs)"
+    )
     bench.add_argument("--max-new-tokens", type=int, default=64)
     bench.add_argument("--repeats", type=int, default=3)
     bench.add_argument("--json", action="store_true")
@@ -227,11 +231,14 @@ def cmd_bench(args) -> None:
         raise InputError("every γ in --gammas must be between 1 and 32")
     if args.repeats < 1:
         raise InputError("--repeats must be ≥ 1")
+    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    if unknown := set(engines) - set(ENGINES):
+        raise InputError(f"unknown engine(s) {', '.join(sorted(unknown))}: choose from {', '.join(ENGINES)}")
     validate_config(DecodeConfig(max_new_tokens=args.max_new_tokens))
     texts = bench_prompts(args.prompts or PRESETS[args.preset].prompts_file)
     pair = load_from_args(args)
     prompts = [encode(pair, args, p) for p in texts]
-    result = run_bench(pair, prompts, gammas, args.max_new_tokens, args.repeats, progress=not args.json)
+    result = run_bench(pair, prompts, gammas, args.max_new_tokens, args.repeats, not args.json, engines)
     if args.csv:
         write_csv(result, args.csv)
     if args.plot:
