@@ -66,7 +66,8 @@ PRESET = os.environ.get("SPECDEMO_PRESET", default_preset_name())
 CONCURRENCY = int(os.environ.get("SPECDEMO_CONCURRENCY", "1"))
 MAX_QUEUE = int(os.environ.get("SPECDEMO_MAX_QUEUE", "32"))
 MAX_NEW_TOKENS = int(os.environ.get("SPECDEMO_MAX_NEW_TOKENS", "512"))
-UPDATE_EVERY_S = 0.12  # at most ~8 screen updates a second; every step is still recorded
+UPDATE_EVERY_S = 0.12  # panes and summary at most ~8 times a second; every step is still recorded
+PLOTS_EVERY_S = 0.5  # the five figures cost most to build and to lay out: ~2 updates a second
 METHOD_LABELS = {
     "draft model": "draft",
     "prompt lookup": "prompt-lookup",
@@ -216,8 +217,9 @@ def decoder(tokenizer):
     return functools.lru_cache(maxsize=65536)(lambda t: tokenizer.decode([t]))
 
 
-def render_state(state: RaceState, decode, prompt: str):
-    """A race state → the two panes, the summary and the five live plots."""
+def render_state(state: RaceState, decode, prompt: str, plots: bool = True):
+    """A race state → the two panes, the summary and the five live plots (``plots=False``:
+    the figures are left as they are on screen)."""
     reference = state.tokens("baseline")
     label = "naive (not lossless)" if state.method == "naive" else "speculative"
     mark = state.first_difference() if state.greedy and state.lossless else None
@@ -225,8 +227,11 @@ def render_state(state: RaceState, decode, prompt: str):
         tokens_html(token_spans(state.baseline, decode, mark=mark), state.greedy, prompt),
         tokens_html(token_spans(state.contender, decode, reference, mark), state.greedy, prompt),
         summary_html(state.summary(), state.greedy, state.lossless),
-        *live_figures(state.baseline, state.contender, label),
-        time_breakdown_figure(state.contender),
+        *(
+            (*live_figures(state.baseline, state.contender, label), time_breakdown_figure(state.contender))
+            if plots
+            else (gr.skip(),) * 5
+        ),
     )
 
 
@@ -247,15 +252,16 @@ def run(s: Settings, request: gr.Request = None, progress=gr.Progress(track_tqdm
         progress(0, desc="loading models (first time only)")
         pair, ids, config = prepare(s)
         decode = decoder(pair.tokenizer)
-        last = 0.0
+        last = last_plots = 0.0
         for state in run_race(pair, ids, config, s.method, cancel=flag.is_set):
             now = time.perf_counter()
             if state.done:
                 trace = traces.to_trace(state, s.as_dict(), decode, str(pair.target.device))
                 yield (*render_state(state, decode, s.prompt), "⏹ stopped" if flag.is_set() else "✅ done", trace)
             elif now - last >= UPDATE_EVERY_S:
-                last = now
-                yield (*render_state(state, decode, s.prompt), "⏳ running…", gr.skip())
+                plots = now - last_plots >= PLOTS_EVERY_S
+                last, last_plots = now, now if plots else last_plots
+                yield (*render_state(state, decode, s.prompt, plots), "⏳ running…", gr.skip())
     except Exception as error:  # shown in the UI; the app keeps serving
         yield error_outputs(friendly(error))
 
