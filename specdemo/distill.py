@@ -123,8 +123,9 @@ def agreement(draft, rows, index, vocab_ids, cfg: DraftConfig) -> float:
     return hits / max(1, total)
 
 
-def train_draft(cfg: DraftConfig, target, rows: list[dict], eos: list[int]):
-    """Distil; returns (the draft at its best held-out agreement, ranked ids, agreement)."""
+def train_draft(cfg: DraftConfig, target, rows: list[dict], eos: list[int], draft=None):
+    """Distil (``draft``: continue that one, a warm restart); returns (the draft at its best
+    held-out agreement, ranked ids, agreement)."""
     # Hold out whole instructions (every answer to them, in any round), ~1 in val_every.
     held = [hash(tuple(r["prompt"])) % cfg.val_every == 0 for r in rows]
     train_rows = [r for r, h in zip(rows, held, strict=True) if not h]
@@ -137,7 +138,7 @@ def train_draft(cfg: DraftConfig, target, rows: list[dict], eos: list[int]):
     print(f"[draft] {len(train_rows)} train answers, {len(val_rows)} held out; vocabulary {len(vocab_ids)}", flush=True)
     print(f"[draft] first answer tokens inside the draft vocabulary: {covered:.1%}", flush=True)
 
-    draft = build_draft(cfg, target).train()
+    draft = (draft or build_draft(cfg, target)).float().train()
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
     rng = random.Random(cfg.seed)
     steps_per_epoch = (len(train_rows) + cfg.batch_size - 1) // cfg.batch_size
@@ -194,6 +195,7 @@ def main(argv=None):
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="TinyStories text for story instructions")
     parser.add_argument("--instructions", type=int, default=DataConfig.instructions)
     parser.add_argument("--rounds", type=int, default=DataConfig.rounds)
+    parser.add_argument("--resume-draft", type=Path, default=None, help="continue training this draft folder")
     parser.add_argument("--max-new-tokens", type=int, default=DataConfig.max_new_tokens)
     for f in fields(DraftConfig):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
@@ -210,7 +212,11 @@ def main(argv=None):
     print(f"[data] ready ({(time.time() - start) / 60:.1f} min)", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(target_folder)
     target = AutoModelForCausalLM.from_pretrained(target_folder, dtype=torch.float32)
-    draft, ranked, score = train_draft(cfg, target, load_rows(shards), [tokenizer.eos_token_id])
+    initial = None
+    if args.resume_draft:
+        initial = AutoModelForCausalLM.from_pretrained(args.resume_draft, dtype=torch.float32)
+        print(f"[draft] continuing {args.resume_draft}", flush=True)
+    draft, ranked, score = train_draft(cfg, target, load_rows(shards), [tokenizer.eos_token_id], initial)
     save_draft(draft, tokenizer, ranked, args.out, f"target-written answers in {args.work}")
     n = sum(p.numel() for p in draft.parameters())
     print(f"draft: {n / 1e6:.2f}M params, held-out agreement {score:.3f}, saved to {args.out}")
