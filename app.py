@@ -508,6 +508,7 @@ def preset_fields(name: str):
         p.target_options.dtype,
         p.chat_template,
         p.draft_vocab,
+        p.gamma,
         gr.update(choices=examples, value=None),
         examples[0] if examples else gr.skip(),
     )
@@ -550,7 +551,7 @@ def build_demo() -> gr.Blocks:
                 preset = gr.Dropdown(list(PRESETS), value=PRESET, label="Model pair")
                 method = gr.Radio(list(METHOD_LABELS), value="draft model", label="Method")
         with gr.Row():
-            gamma = gr.Slider(1, 32, value=4, step=1, label="γ (draft tokens per step)")
+            gamma = gr.Slider(1, 32, value=first.gamma, step=1, label="γ (draft tokens per step)")
             schedule = gr.Radio(["constant", "heuristic"], value="constant", label="γ schedule")
             max_new_tokens = gr.Slider(
                 1, MAX_NEW_TOKENS, value=min(128, MAX_NEW_TOKENS), step=1, label="Max new tokens"
@@ -681,7 +682,7 @@ def build_demo() -> gr.Blocks:
         preset.change(
             preset_fields,
             preset,
-            [target_id, draft_id, quantization, dtype, chat_template, draft_vocab, example, prompt],
+            [target_id, draft_id, quantization, dtype, chat_template, draft_vocab, gamma, example, prompt],
         )
         example.change(lambda e: e or gr.skip(), example, prompt)
         outputs = [

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="baseline vs speculative on one prompt")
     add_model_args(gen)
     gen.add_argument("--method", choices=["draft", "prompt-lookup", "tree"], default="draft")
-    gen.add_argument("--gamma", type=int, default=4)
+    gen.add_argument("--gamma", type=int, default=None, help="draft length (default: the preset's best γ)")
     gen.add_argument("--schedule", choices=["constant", "heuristic"], default="constant")
     gen.add_argument("--min-confidence", type=float, default=0.0, help="draft-confidence stop (0 = off)")
     gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     smp = sub.add_parser("sample", help="M independent speculative samples")
     add_model_args(smp)
-    smp.add_argument("--gamma", type=int, default=4)
+    smp.add_argument("--gamma", type=int, default=None, help="draft length (default: the preset's best γ)")
     smp.add_argument("--max-new-tokens", type=int, required=True)
     smp.add_argument("--samples", type=int, required=True)
     add_sampling_args(smp)
@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def decode_config(args) -> DecodeConfig:
+    if args.gamma is None:
+        args.gamma = PRESETS[args.preset].gamma
     return DecodeConfig(
         max_new_tokens=args.max_new_tokens,
         gamma=args.gamma,

@@ -6,15 +6,19 @@ one batched forward, and the two matrix-product shapes round differently. Where 
 best tokens are nearly tied, the rounding can pick the other one; from there on the two texts
 follow different (equally valid) greedy paths. This module finds the first differing position
 and reports the target's top-2 tokens and their logit gap in each computation (both recorded
-during the run, ``Step.top2``), against the gap typical of this run.
+during the run, ``Step.top2``). It is a near-tie when both gaps are within a few units of the
+dtype's rounding at the logits' size (bf16 at logits ~20: 0.125): arithmetic, not the rule.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
-NEAR_TIE = 0.1  # a gap below this share of the run's median gap is a near-tie
+import torch
+
+ULPS = 4  # a gap within this many units of the dtype's rounding (at the logits' size) is a near-tie
 
 
 def position_rows(steps: Sequence) -> list[tuple[int, float, int, float]]:
@@ -43,16 +47,18 @@ def explain(base_steps: Sequence, spec_steps: Sequence, dtype: str, decode=None)
     gaps = [r[1] - r[3] for r in base_rows]
     typical = statistics.median(gaps) if gaps else 0.0
     base_gap, verify_gap = b[1] - b[3], v[1] - v[3]
-    near_tie = max(base_gap, verify_gap) <= NEAR_TIE * typical
+    tolerance = ULPS * rounding_unit(max(abs(b[1]), abs(v[1])), dtype)
+    near_tie = max(base_gap, verify_gap) <= tolerance
     if near_tie:
         verdict = (
             f"near-tie flipped by {dtype} rounding: top-2 gap {base_gap:.3f} in the 1-token step vs "
-            f"{verify_gap:.3f} in the batched verify, typical gap {typical:.2f}"
+            f"{verify_gap:.3f} in the batched verify (the rounding here is ~{tolerance / ULPS:.3g}), "
+            f"typical gap {typical:.2f}"
         )
     else:
         verdict = (
-            f"NOT a near-tie (gap {base_gap:.3f} / {verify_gap:.3f} vs typical {typical:.2f}) in {dtype}: "
-            "this would be a bug, please report it"
+            f"NOT a near-tie (gap {base_gap:.3g} / {verify_gap:.3g}, more than {ULPS} roundings of "
+            f"{tolerance / ULPS:.3g} in {dtype}; typical gap {typical:.2f}): this would be a bug, please report it"
         )
     out = {
         "position": n,
@@ -63,6 +69,7 @@ def explain(base_steps: Sequence, spec_steps: Sequence, dtype: str, decode=None)
         "baseline_top2_gap": base_gap,
         "verify_top2_gap": verify_gap,
         "typical_top2_gap": typical,
+        "rounding_tolerance": tolerance,
         "near_tie": near_tie,
         "dtype": dtype,
         "verdict": verdict,
@@ -70,6 +77,12 @@ def explain(base_steps: Sequence, spec_steps: Sequence, dtype: str, decode=None)
     if decode is not None:
         out["baseline_text"], out["speculative_text"] = decode(base_ids[n]), decode(spec_ids[n])
     return out
+
+
+def rounding_unit(value: float, dtype: str) -> float:
+    """The spacing of ``dtype``'s numbers around ``value`` (one unit in the last place)."""
+    eps = torch.finfo(getattr(torch, dtype, torch.float32)).eps
+    return eps * 2.0 ** math.floor(math.log2(max(abs(value), 1e-30)))
 
 
 def dtype_name(model) -> str:

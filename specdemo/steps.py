@@ -147,9 +147,14 @@ def finish_emitted(emitted: list[int], budget: int, eos: set[int]) -> tuple[list
 
 
 def top_two(rows: torch.Tensor) -> list[tuple[int, float, int, float]]:
-    """(best id, its logit, second id, its logit) of each row of logits."""
+    """(the argmax id, its logit, the runner-up id, its logit) of each row of logits. In half
+    precision exact ties happen: the runner-up is then the tied token ``argmax`` did not pick."""
     values, ids = rows.float().topk(2, dim=-1)
-    return [(i[0], v[0], i[1], v[1]) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
+    out = []
+    for best, i, v in zip(rows.argmax(dim=-1).tolist(), ids.tolist(), values.tolist(), strict=True):
+        first = 0 if i[0] == best else 1
+        out.append((i[first], v[first], i[1 - first], v[1 - first]))
+    return out
 
 
 def settle(step: Step, kept: list[int], token: int, budget: int, eos: set[int]) -> None:

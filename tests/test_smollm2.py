@@ -101,7 +101,8 @@ def test_bfloat16_divergence_is_found_and_explained_as_a_near_tie():
     assert base.token_ids[:n] == spec.token_ids[:n] and base.token_ids[n] != spec.token_ids[n]
     assert why["baseline_token"] == base.token_ids[n] and why["speculative_token"] == spec.token_ids[n]
     assert why["near_tie"] and why["dtype"] == "bfloat16" and "near-tie flipped by bfloat16" in why["verdict"]
-    assert 0 <= why["baseline_top2_gap"] < 0.1 * why["typical_top2_gap"]
+    assert 0 <= why["baseline_top2_gap"] <= why["rounding_tolerance"] < 0.5 * why["typical_top2_gap"]
+    assert 0 <= why["verify_top2_gap"] <= why["rounding_tolerance"]
     # each side's runner-up is the other side's choice: a genuine tie between the same two tokens
     assert why["baseline_top2"][1] == spec.token_ids[n] or why["verify_top2"][1] == base.token_ids[n]
     html = summary_html(
