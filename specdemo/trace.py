@@ -47,8 +47,9 @@ def to_trace(state: RaceState, settings: dict, decode, device: str = "cpu") -> d
         "method": state.method,
         "greedy": state.greedy,
         "dtype": state.dtype,
-        "baseline": [s.to_dict() for s in state.baseline],
-        "contender": [s.to_dict() for s in state.contender],
+        # in the JSON form the file holds (tuples become lists), so a trace equals its own replay
+        "baseline": json.loads(json.dumps([s.to_dict() for s in state.baseline])),
+        "contender": json.loads(json.dumps([s.to_dict() for s in state.contender])),
         "summary": state.summary(),
         "token_text": {str(i): decode(i) for i in sorted(used_ids(state))},
         "versions": library_versions(),

@@ -10,7 +10,7 @@ from test_sampling import chi2_pvalue_for
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdemo.engine import DecodeConfig, decode_steps, run_all, sample_many
-from specdemo.models import ASSETS, BUNDLED_DRAFT, BUNDLED_TARGET, encode_prompt, load_pair
+from specdemo.models import ASSETS, BUNDLED_DRAFT, BUNDLED_TARGET, SMOLLM2_DRAFT, encode_prompt, load_pair
 from specdemo.sampling import SamplingConfig
 from specdemo.tree import TreeConfig
 
@@ -20,12 +20,17 @@ def pair():
     return load_pair(BUNDLED_TARGET, BUNDLED_DRAFT)
 
 
+def folder_size(folder) -> int:
+    return sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file())
+
+
 def test_folders_load_through_auto_classes_and_fit_the_budget():
     for folder in (BUNDLED_TARGET, BUNDLED_DRAFT):
         assert AutoTokenizer.from_pretrained(folder).eos_token == "<|endoftext|>"
         assert AutoModelForCausalLM.from_pretrained(folder).config.model_type == "llama"
-    size = sum(f.stat().st_size for f in Path(ASSETS).rglob("*") if f.is_file())
-    assert size <= 40 * 2**20
+    assert folder_size(BUNDLED_TARGET) + folder_size(BUNDLED_DRAFT) <= 40 * 2**20
+    assert folder_size(SMOLLM2_DRAFT) <= 40 * 2**20  # the distilled SmolLM2 draft
+    assert folder_size(Path(ASSETS).parent) <= 80 * 2**20  # all of assets/
     assert (Path(ASSETS) / "MODEL_CARD.md").read_text().count("CDLA-Sharing-1.0") >= 1
 
 

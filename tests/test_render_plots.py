@@ -95,7 +95,7 @@ def test_summary_reports_identity_and_savings():
     assert s["acceptance_rate"] == 3 / 5 and s["mean_accepted_tokens"] == 2.5
     assert "✓" in summary_html(s, greedy=True, lossless=True)
     state.baseline[3].emitted = [3]
-    assert "✗ (token 3)" in summary_html(state.summary(), greedy=True, lossless=True)
+    assert "✗ differs at token 3" in summary_html(state.summary(), greedy=True, lossless=True)
 
 
 def test_live_figures_hold_the_race_and_keep_zoom():

