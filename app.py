@@ -525,52 +525,60 @@ table.inspector tr.accepted { background: #c8f7c5; }
 table.inspector tr.rejected { background: #f8c4c4; }
 """
 
-INTRO = """# Speculative decoding, side by side
-A small **draft** model proposes γ tokens; the large **target** checks all of them in **one** forward pass.
-Each draft token x is kept with probability min(1, p(x)/q(x)), where p and q are the target's and the draft's
-probabilities; at the first refusal the target draws a replacement from norm(max(0, p − q)), and if every draft is
-kept it adds a bonus token. The output follows the target's own distribution exactly (in greedy mode: the very same
-tokens), only faster. Hover a token to see its p, q and the test it went through."""
+TITLE = """# Speculative decoding, side by side
+A small **draft** proposes γ tokens; the **target** checks them all in **one** forward pass: same output as the
+target alone, only faster. Press **Run** and watch both write; hover a token for its p, q and test."""
+
+HOW_IT_WORKS = """Each draft token x is kept with probability min(1, p(x)/q(x)), where p and q are the target's and
+the draft's probabilities; at the first refusal the target draws a replacement from norm(max(0, p − q)), and if every
+draft is kept it adds a bonus token. The output follows the target's own distribution exactly (in greedy mode: the
+very same tokens, up to the rounding of half precision, which the app explains when it matters)."""
 
 
 def build_demo() -> gr.Blocks:
     first = PRESETS[PRESET]
     with gr.Blocks(title="specdemo: speculative decoding") as demo:
-        gr.Markdown(INTRO)
+        gr.Markdown(TITLE)
         notice = default_preset_notice()
         if notice and PRESET == default_preset_name():
             gr.Markdown(f"ℹ️ {notice}", elem_id="notice")
         last_trace = gr.State(None)
-        with gr.Row():
+        # The first screen is the race: prompt, pair and Run on top, the panes right under them.
+        with gr.Row(equal_height=True):
             with gr.Column(scale=3):
                 prompt = gr.Textbox(
-                    label="Prompt", elem_id="prompt", value=first.examples[0] if first.examples else "", lines=2
+                    label="Prompt", elem_id="prompt", value=first.examples[0] if first.examples else "", lines=1
                 )
-                example = gr.Dropdown(list(first.examples), label="Example prompts", value=None)
             with gr.Column(scale=2):
                 preset = gr.Dropdown(list(PRESETS), value=PRESET, label="Model pair")
-                method = gr.Radio(list(METHOD_LABELS), value="draft model", label="Method")
+            with gr.Column(scale=1, min_width=160):
+                run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", size="sm")
         with gr.Row():
-            gamma = gr.Slider(1, 32, value=first.gamma, step=1, label="γ (draft tokens per step)")
-            schedule = gr.Radio(["constant", "heuristic"], value="constant", label="γ schedule")
+            example = gr.Dropdown(list(first.examples), label="Example prompts", value=None, scale=3)
+            method = gr.Dropdown(list(METHOD_LABELS), value="draft model", label="Method", scale=2)
+            gamma = gr.Slider(1, 32, value=first.gamma, step=1, label="γ (draft tokens per step)", scale=2)
             max_new_tokens = gr.Slider(
-                1, MAX_NEW_TOKENS, value=min(128, MAX_NEW_TOKENS), step=1, label="Max new tokens"
+                1, MAX_NEW_TOKENS, value=min(128, MAX_NEW_TOKENS), step=1, label="Max new tokens", scale=2
             )
         with gr.Row():
-            temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
-            top_k = gr.Number(value=0, precision=0, label="top-k (0 = off)", minimum=0)
-            top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
-            seed = gr.Number(value=0, precision=0, label="Seed")
-        with gr.Accordion("Token tree options (method: token tree)", open=False):
-            with gr.Row():
+            with gr.Accordion("How it works", open=False):
+                gr.Markdown(HOW_IT_WORKS)
+            with gr.Accordion("Sampling and γ schedule", open=False):
+                with gr.Row():
+                    temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
+                    top_k = gr.Number(value=0, precision=0, label="top-k (0 = off)", minimum=0)
+                with gr.Row():
+                    top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
+                    seed = gr.Number(value=0, precision=0, label="Seed")
+                schedule = gr.Radio(["constant", "heuristic"], value="constant", label="γ schedule")
+            with gr.Accordion("Token tree options", open=False):
                 tree_k = gr.Slider(1, 8, value=2, step=1, label="children per node (k)")
                 tree_depth = gr.Slider(1, 16, value=4, step=1, label="depth")
                 tree_nodes = gr.Slider(1, 64, value=12, step=1, label="nodes kept (N)")
-        with gr.Accordion("Advanced: models", open=False):
-            with gr.Row():
+            with gr.Accordion("Advanced: models and precision", open=False):
                 target_id = gr.Textbox(first.target, label="Target (hub id or local folder)")
                 draft_id = gr.Textbox(first.draft, label="Draft (hub id or local folder)")
-            with gr.Row():
                 quantization = gr.Radio(
                     list(QUANTIZATIONS),
                     value=first.target_options.quantization,
@@ -608,9 +616,6 @@ def build_demo() -> gr.Blocks:
 
         with gr.Tabs():
             with gr.Tab("Race"):
-                with gr.Row():
-                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
                 status = gr.Markdown("", elem_id="status")
                 with gr.Row():
                     with gr.Column():
