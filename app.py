@@ -36,6 +36,7 @@ from specdemo.models import (
     PRESETS,
     QUANTIZATIONS,
     LoadOptions,
+    check_prompt,
     configure_cpu_threads,
     default_preset_name,
     default_preset_notice,
@@ -196,8 +197,7 @@ def stop(request: gr.Request):
 
 def prepare(s: Settings):
     """Settings → (pair, prompt ids, DecodeConfig); raises SpecDemoError with a clear message."""
-    if not (s.prompt or "").strip():
-        raise InputError("the prompt is empty: type some text to continue")
+    check_prompt(s.prompt)
     if not (s.target_id or "").strip():
         raise InputError("no target model: pick a preset or type a model id under Advanced")
     needs_draft = s.method != "prompt-lookup"
@@ -380,9 +380,7 @@ def stepper_start(s: Settings, progress=gr.Progress(track_tqdm=True)):
             raise InputError("the step inspector follows speculative decoding: pick draft model, prompt lookup or tree")
         pair, ids, config = prepare(s)
         steps = run_all(decode_steps(pair.target, pair.draft, ids, config, pair.eos)).steps
-        used = {t for step in steps for t in (*step.drafted, *step.emitted)}
-        used |= {t for step in steps for t, _ in (*step.p_top, *step.q_top, *step.residual_top)}
-        texts = {t: pair.tokenizer.decode([t]) for t in used}
+        texts = {t: pair.tokenizer.decode([t]) for t in traces.used_ids(steps)}
         session = {"steps": steps, "texts": texts, "greedy": config.sampling.greedy, "shown": 0}
         return stepper_show(session)
     except Exception as error:
@@ -390,7 +388,7 @@ def stepper_start(s: Settings, progress=gr.Progress(track_tqdm=True)):
 
 
 def stepper_show(session):
-    decode = lambda t: session["texts"].get(t, f"<{t}>")  # noqa: E731
+    decode = traces.text_lookup(session["texts"])
     html, figure, slider = inspector_view(session["steps"], decode, session["greedy"], session["shown"])
     if session["shown"] >= len(session["steps"]) - 1:
         html = "<p><b>Finished.</b></p>" + html
@@ -407,7 +405,7 @@ def stepper_next(session):
 def inspect_last(trace):
     if not trace:
         return None, "Run once first: the last run's steps appear here.", None, gr.skip()
-    state, decode, _ = traces.from_trace(trace)
+    state, _, _ = traces.from_trace(trace)
     texts = {int(k): v for k, v in trace["token_text"].items()}
     return stepper_show({"steps": state.contender, "texts": texts, "greedy": state.greedy, "shown": 0})
 

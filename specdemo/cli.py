@@ -19,6 +19,7 @@ from .models import (
     DTYPES,
     PRESETS,
     LoadOptions,
+    check_prompt,
     configure_cpu_threads,
     default_preset_name,
     encode_prompt,
@@ -162,11 +163,6 @@ def encode(pair, args, prompt: str) -> list[int]:
     return encode_prompt(pair.tokenizer, prompt, chat_template=not args.no_chat_template)
 
 
-def check_prompt(prompt: str) -> None:
-    if not prompt.strip():
-        raise InputError("the prompt is empty: type some text to continue")
-
-
 def cmd_generate(args) -> None:
     config = decode_config(args)
     validate_config(config)
@@ -276,9 +272,7 @@ def main(argv=None) -> int:
     if getattr(args, "json", False):
         quiet_libraries()
     try:
-        {"generate": cmd_generate, "sample": cmd_sample, "bench": cmd_bench, "precision": cmd_precision}[args.command](
-            args
-        )
+        COMMANDS[args.command](args)
     except SpecDemoError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -27,10 +27,12 @@ def position_rows(steps: Sequence) -> list[tuple[int, float, int, float]]:
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first position where both have a token and the tokens differ (None: none so far; a
+    side that is still running or stopped at its budget is not a difference)."""
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return i
-    return None if len(a) == len(b) else min(len(a), len(b))
+    return None
 
 
 def explain(base_steps: Sequence, spec_steps: Sequence, dtype: str, decode=None) -> dict | None:
@@ -38,8 +40,8 @@ def explain(base_steps: Sequence, spec_steps: Sequence, dtype: str, decode=None)
     base_ids = [t for s in base_steps for t in s.emitted]
     spec_ids = [t for s in spec_steps for t in s.emitted]
     n = first_difference(base_ids, spec_ids)
-    if n is None or n >= min(len(base_ids), len(spec_ids)):
-        return None  # identical, or one side is still running / was cut by its budget
+    if n is None:
+        return None
     base_rows, spec_rows = position_rows(base_steps), position_rows(spec_steps)
     if n >= len(base_rows) or n >= len(spec_rows):
         return None  # not greedy, or a method that records no logits (naive)

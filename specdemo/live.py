@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from .divergence import dtype_name, explain
+from .divergence import dtype_name, explain, first_difference
 from .engine import DecodeConfig, Step, baseline_steps, decode_steps, naive_handoff_steps, race
 from .metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
 
@@ -40,11 +40,7 @@ class RaceState:
 
     def first_difference(self) -> int | None:
         """Index of the first token where the two outputs differ so far (None: none yet)."""
-        a, b = self.tokens("baseline"), self.tokens("speculative")
-        for i, (x, y) in enumerate(zip(a, b)):
-            if x != y:
-                return i
-        return None
+        return first_difference(self.tokens("baseline"), self.tokens("speculative"))
 
     def summary(self) -> dict:
         base, spec = self.baseline, self.contender

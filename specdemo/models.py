@@ -356,10 +356,15 @@ def configure_cpu_threads(pair: Pair) -> int:
     return threads
 
 
-def encode_prompt(tokenizer, prompt: str, chat_template: bool = True) -> list[int]:
-    """Prompt text → ids, through the tokenizer's chat template when it has one (and it is wanted)."""
+def check_prompt(prompt) -> None:
+    """An empty prompt is refused before anything loads (and again here at encoding)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise InputError("the prompt is empty: type some text to continue")
+
+
+def encode_prompt(tokenizer, prompt: str, chat_template: bool = True) -> list[int]:
+    """Prompt text → ids, through the tokenizer's chat template when it has one (and it is wanted)."""
+    check_prompt(prompt)
     if chat_template and getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True

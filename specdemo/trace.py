@@ -29,9 +29,10 @@ def library_versions() -> dict:
     }
 
 
-def used_ids(state: RaceState) -> set[int]:
+def used_ids(steps) -> set[int]:
+    """Every token id the steps show: emitted, drafted, and the inspector's top-10 lists."""
     ids: set[int] = set()
-    for s in state.baseline + state.contender:
+    for s in steps:
         ids.update(s.emitted)
         ids.update(s.drafted)
         for top in (s.residual_top, s.p_top, s.q_top):
@@ -51,7 +52,7 @@ def to_trace(state: RaceState, settings: dict, decode, device: str = "cpu") -> d
         "baseline": json.loads(json.dumps([s.to_dict() for s in state.baseline])),
         "contender": json.loads(json.dumps([s.to_dict() for s in state.contender])),
         "summary": state.summary(),
-        "token_text": {str(i): decode(i) for i in sorted(used_ids(state))},
+        "token_text": {str(i): decode(i) for i in sorted(used_ids(state.baseline + state.contender))},
         "versions": library_versions(),
         "device": device,
     }
@@ -87,4 +88,9 @@ def from_trace(data: dict | str):
         done=True,
         dtype=str(data.get("dtype", "float32")),
     )
-    return state, (lambda t: texts.get(t, f"<{t}>")), data.get("settings", {})
+    return state, text_lookup(texts), data.get("settings", {})
+
+
+def text_lookup(texts: dict[int, str]):
+    """id → its recorded text (``<id>`` for one not recorded): decoding with no tokenizer."""
+    return lambda t: texts.get(t, f"<{t}>")
