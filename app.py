@@ -1,10 +1,12 @@
 """specdemo: speculative decoding, side by side with the target alone, live.
 
-The UI only: every number, token colour and figure comes from step records that the
-engine in ``specdemo/`` yields. Configuration comes from environment variables:
+Layout and wiring only: what each button does lives in ``specdemo/handlers.py`` (plain
+functions of plain values); every number, token colour and figure comes from the engine's step
+records. Configuration comes from environment variables:
 
     SPECDEMO_PRESET          model pair to start with (default: Qwen on CUDA; on a CPU SmolLM2-135M-Instruct
-                             when installed, else the bundled TinyStories pair)
+                             when installed, else the bundled TinyStories pair; on ZeroGPU qwen2.5-3b+0.5b)
+    SPECDEMO_ZERO_GPU_PRESETS  on a ZeroGPU Space, the pairs loaded at start (comma-separated; default: the preset)
     SPECDEMO_CONCURRENCY     runs at once on the models (default 1: GPU work is serialised)
     SPECDEMO_MAX_QUEUE       requests waiting at most (default 32)
     SPECDEMO_MAX_NEW_TOKENS  cap on max new tokens (default 512)
@@ -13,297 +15,60 @@ engine in ``specdemo/`` yields. Configuration comes from environment variables:
 
 from __future__ import annotations
 
-import functools
-import inspect
-import logging
-import os
-import tempfile
-import threading
-import time
-
-import gradio as gr
-
-from specdemo import trace as traces
-from specdemo.bench import ENGINES, format_table, run_bench
-from specdemo.compare import compare, comparison_record
-from specdemo.divergence import dtype_name
-from specdemo.engine import DecodeConfig, decode_steps, run_all
-from specdemo.errors import InputError, SpecDemoError
-from specdemo.live import RaceState, run_race
-from specdemo.lossless import check_lossless
-from specdemo.metrics import acceptance_rate, mean_accepted_tokens
-from specdemo.models import (
-    PRESETS,
-    QUANTIZATIONS,
-    LoadOptions,
-    check_prompt,
-    configure_cpu_threads,
-    default_preset_name,
-    default_preset_notice,
-    encode_prompt,
-    load_pair,
-)
-from specdemo.plots import (
-    distribution_figure,
-    gamma_sweep_figure,
-    live_figures,
-    lossless_figure,
-    theory_figure,
-    time_breakdown_figure,
-    tree_figure,
-)
-from specdemo.render import legend_html, step_table_html, summary_html, token_spans, tokens_html
-from specdemo.sampling import SamplingConfig
-from specdemo.tree import TreeConfig
-
-try:  # on Hugging Face ZeroGPU Spaces, GPU work must run inside @spaces.GPU
+try:  # first of all: on a ZeroGPU Space, spaces must patch CUDA before torch is imported
     import spaces
 except ImportError:
     spaces = None
 
-log = logging.getLogger("specdemo.app")
+import logging
+import os
 
-PRESET = os.environ.get("SPECDEMO_PRESET", default_preset_name())
+import gradio as gr
+
+from specdemo import handlers
+from specdemo.handlers import DTYPE_CHOICES, MAX_NEW_TOKENS, METHOD_LABELS, RACE_OUTPUTS, Settings
+from specdemo.models import PRESETS, QUANTIZATIONS, default_preset_name, default_preset_notice, preload_presets
+from specdemo.render import legend_html
+
+ZERO_GPU = spaces is not None and os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+PRESET = os.environ.get("SPECDEMO_PRESET") or ("qwen2.5-3b+0.5b" if ZERO_GPU else default_preset_name())
 CONCURRENCY = int(os.environ.get("SPECDEMO_CONCURRENCY", "1"))
 MAX_QUEUE = int(os.environ.get("SPECDEMO_MAX_QUEUE", "32"))
-MAX_NEW_TOKENS = int(os.environ.get("SPECDEMO_MAX_NEW_TOKENS", "512"))
-UPDATE_EVERY_S = 0.12  # panes and summary at most ~8 times a second; every step is still recorded
-PLOTS_EVERY_S = 0.5  # the five figures cost most to build and to lay out: ~2 updates a second
-METHOD_LABELS = {
-    "draft model": "draft",
-    "prompt lookup": "prompt-lookup",
-    "token tree": "tree",
-    "naive: draft writes half, target continues (NOT lossless)": "naive",
-}
-DTYPE_CHOICES = ["auto", "float32", "float16", "bfloat16"]
+SESSION_TTL_S = 3600  # a browser session's records are dropped an hour after its last use
+if ZERO_GPU:  # a GPU call cannot keep what it loads: load the pairs now, serve only them (README)
+    CHOICES = [n.strip() for n in os.environ.get("SPECDEMO_ZERO_GPU_PRESETS", PRESET).split(",") if n.strip()]
+    preload_presets(CHOICES)
+else:
+    CHOICES = list(PRESETS)
 
 
-def gpu(fn):
-    """Run ``fn`` under @spaces.GPU when the spaces package is present, with a duration
-    sized from its max_new_tokens argument (two generations side by side)."""
-    if spaces is None:
-        return fn
-    signature = inspect.signature(fn)
-
-    def duration(*args, **kwargs):
-        n = signature.bind_partial(*args, **kwargs).arguments.get("max_new_tokens", 256)
-        return int(min(300, 40 + 0.5 * int(n)))
-
-    return spaces.GPU(duration=duration)(fn)
+def gpu(duration):
+    """@spaces.GPU with a duration sized from the call's own arguments (a no-op without spaces)."""
+    return spaces.GPU(duration=duration) if spaces is not None else (lambda fn: fn)
 
 
-def friendly(error: Exception) -> str:
-    """One clear line for the person at the screen; the traceback goes to the server log."""
-    if isinstance(error, SpecDemoError):
-        return str(error)
-    if "out of memory" in str(error).lower():
-        return "the device ran out of memory: try fewer new tokens, 4-bit quantization or a smaller pair"
-    log.exception("unexpected error")
-    return f"unexpected error ({type(error).__name__}): {error}"
+# Every handler that touches a model runs under @gpu; the rest is plain data.
+@gpu(handlers.race_seconds)
+def run(progress=gr.Progress(track_tqdm=True), **settings):
+    yield from handlers.race(Settings(**settings))
 
 
-class Settings:
-    """The run inputs, in the order of ``SETTING_NAMES``, as one object."""
-
-    def __init__(self, *values):
-        self.__dict__.update(zip(SETTING_NAMES, values))
-
-    @property
-    def method(self) -> str:
-        return METHOD_LABELS.get(self.method_label, self.method_label)
-
-    def config(self) -> DecodeConfig:
-        return DecodeConfig(
-            max_new_tokens=int(self.max_new_tokens),
-            gamma=int(self.gamma),
-            schedule=self.schedule,
-            method="draft" if self.method == "naive" else self.method,
-            max_new_tokens_cap=MAX_NEW_TOKENS,
-            sampling=SamplingConfig(float(self.temperature), int(self.top_k or 0), float(self.top_p), int(self.seed)),
-            tree=TreeConfig(int(self.tree_k), int(self.tree_depth), int(self.tree_nodes)),
-        )
-
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in SETTING_NAMES}
+@gpu(handlers.stepper_seconds)
+def stepper_start(progress=gr.Progress(track_tqdm=True), **settings):
+    return handlers.stepper_start(Settings(**settings))
 
 
-SETTING_NAMES = [
-    "prompt",
-    "target_id",
-    "draft_id",
-    "quantization",
-    "dtype",
-    "method_label",
-    "gamma",
-    "schedule",
-    "temperature",
-    "top_k",
-    "top_p",
-    "seed",
-    "max_new_tokens",
-    "chat_template",
-    "tree_k",
-    "tree_depth",
-    "tree_nodes",
-    "draft_vocab",
-]
+@gpu(handlers.benchmark_seconds)
+def benchmark(progress=gr.Progress(track_tqdm=True), gammas="1,2,4", repeats=1, with_transformers=False, **settings):
+    return handlers.benchmark(Settings(**settings), gammas, repeats, with_transformers)
 
 
-def takes_settings(fn):
-    """``fn(settings, *extra)`` as a Gradio handler of the settings components + ``extra``.
-
-    Gradio injects gr.Request and gr.Progress only into positional parameters it can see, so
-    the handler declares every setting by name (a real signature), then hands ``fn`` one
-    Settings object. Generator functions stay generator functions (Gradio streams them)."""
-    extra = list(inspect.signature(fn).parameters.values())[1:]
-    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    signature = inspect.Signature(
-        [inspect.Parameter(name, positional) for name in SETTING_NAMES] + [p.replace(kind=positional) for p in extra]
-    )
-
-    def call(args, kwargs):
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        values = bound.arguments
-        return fn(Settings(*(values[n] for n in SETTING_NAMES)), *(values[p.name] for p in extra))
-
-    if inspect.isgeneratorfunction(fn):
-
-        @functools.wraps(fn)
-        def handler(*args, **kwargs):
-            yield from call(args, kwargs)
-    else:
-
-        @functools.wraps(fn)
-        def handler(*args, **kwargs):
-            return call(args, kwargs)
-
-    handler.__signature__ = signature
-    return handler
+@gpu(handlers.lossless_seconds)
+def lossless(progress=gr.Progress(), samples=300, k=2, check_temperature=1.0, **settings):
+    return handlers.lossless(Settings(**settings), samples, k, check_temperature, progress)
 
 
-STOP_FLAGS: dict[str, threading.Event] = {}
-
-
-def stop_flag(request: gr.Request | None) -> threading.Event:
-    """One flag per browser session: Stop sets it, the running race checks it between steps."""
-    return STOP_FLAGS.setdefault(getattr(request, "session_hash", None) or "local", threading.Event())
-
-
-def stop(request: gr.Request):
-    stop_flag(request).set()
-    return "⏹ stopped"
-
-
-def prepare(s: Settings):
-    """Settings → (pair, prompt ids, DecodeConfig); raises SpecDemoError with a clear message."""
-    check_prompt(s.prompt)
-    if not (s.target_id or "").strip():
-        raise InputError("no target model: pick a preset or type a model id under Advanced")
-    needs_draft = s.method != "prompt-lookup"
-    if needs_draft and not (s.draft_id or "").strip():
-        raise InputError("this method needs a draft model: type one under Advanced, or use prompt lookup")
-    config = s.config()  # before loading: bad numbers fail fast
-    options = LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")
-    draft = s.draft_id.strip() if needs_draft else None
-    pair = load_pair(
-        s.target_id.strip(), draft, options, LoadOptions(dtype=options.dtype), draft_vocab=int(s.draft_vocab or 0)
-    )
-    configure_cpu_threads(pair)
-    return pair, encode_prompt(pair.tokenizer, s.prompt, chat_template=bool(s.chat_template)), config
-
-
-def decoder(tokenizer):
-    return functools.lru_cache(maxsize=65536)(lambda t: tokenizer.decode([t]))
-
-
-def render_state(state: RaceState, decode, prompt: str, plots: bool = True):
-    """A race state → the two panes, the summary and the five live plots (``plots=False``:
-    the figures are left as they are on screen)."""
-    reference = state.tokens("baseline")
-    label = "naive (not lossless)" if state.method == "naive" else "speculative"
-    mark = state.first_difference() if state.greedy and state.lossless else None
-    return (
-        tokens_html(token_spans(state.baseline, decode, mark=mark), state.greedy, prompt),
-        tokens_html(token_spans(state.contender, decode, reference, mark), state.greedy, prompt),
-        summary_html(state.summary(), state.greedy, state.lossless),
-        *(
-            (*live_figures(state.baseline, state.contender, label), time_breakdown_figure(state.contender))
-            if plots
-            else (gr.skip(),) * 5
-        ),
-    )
-
-
-N_RENDERED = 8  # panes (2), summary, plots (5)
-
-
-def error_outputs(message: str):
-    return (gr.skip(),) * N_RENDERED + (f"⚠️ {message}", gr.skip())
-
-
-@gpu
-@takes_settings
-def run(s: Settings, request: gr.Request = None, progress=gr.Progress(track_tqdm=True)):
-    """The Run button: stream both panes, the summary and the plots as the race goes on."""
-    flag = stop_flag(request)
-    flag.clear()
-    try:
-        progress(0, desc="loading models (first time only)")
-        pair, ids, config = prepare(s)
-        decode = decoder(pair.tokenizer)
-        last = last_plots = 0.0
-        for state in run_race(pair, ids, config, s.method, cancel=flag.is_set):
-            now = time.perf_counter()
-            if state.done:
-                trace = traces.to_trace(state, s.as_dict(), decode, str(pair.target.device))
-                yield (*render_state(state, decode, s.prompt), "⏹ stopped" if flag.is_set() else "✅ done", trace)
-            elif now - last >= UPDATE_EVERY_S:
-                plots = now - last_plots >= PLOTS_EVERY_S
-                last, last_plots = now, now if plots else last_plots
-                yield (*render_state(state, decode, s.prompt, plots), "⏳ running…", gr.skip())
-    except Exception as error:  # shown in the UI; the app keeps serving
-        yield error_outputs(friendly(error))
-
-
-def replay(path):
-    """Load an exported trace and play it back on its recorded clock (no model needed)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            state, decode, settings = traces.from_trace(f.read())
-    except OSError as error:
-        yield error_outputs(f"cannot read the file: {error.strerror}")
-        return
-    except SpecDemoError as error:
-        yield error_outputs(str(error))
-        return
-    prompt = settings.get("prompt", "")
-    events = sorted(
-        [(s.elapsed_s, "b", s) for s in state.baseline] + [(s.elapsed_s, "s", s) for s in state.contender],
-        key=lambda e: e[0],
-    )
-    shown = RaceState(state.method, state.greedy)
-    start, last = time.perf_counter(), 0.0
-    for t, side, step in events:
-        (shown.baseline if side == "b" else shown.contender).append(step)
-        time.sleep(max(0.0, min(t, 30.0) - (time.perf_counter() - start)))  # the recorded clock
-        if time.perf_counter() - last >= UPDATE_EVERY_S:
-            last = time.perf_counter()
-            yield (*render_state(shown, decode, prompt), "⏯ replaying a trace…", gr.skip())
-    trace = traces.to_trace(state, settings, decode)
-    yield (*render_state(state, decode, prompt), "✅ replayed from the trace (no model ran)", trace)
-
-
-def export_trace(trace):
-    if not trace:
-        raise gr.Error("nothing to export yet: run once first")
-    path = os.path.join(tempfile.mkdtemp(prefix="specdemo-"), "specdemo-trace.json")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(traces.dumps(trace))
-    return path
-
-
-@gpu
+@gpu(handlers.compare_seconds)
 def compare_api(
     prompt: str,
     max_new_tokens: int = 64,
@@ -317,199 +82,24 @@ def compare_api(
 ) -> dict:
     """Baseline vs speculative on one prompt; returns the JSON of `python -m specdemo generate --json`."""
     try:
-        if preset not in PRESETS:
-            raise InputError(f"unknown preset {preset!r}: one of {', '.join(PRESETS)}")
-        if method not in ("draft", "prompt-lookup", "tree"):
-            raise InputError("method must be draft, prompt-lookup or tree")
-        p = PRESETS[preset]
-        s = Settings(
-            prompt,
-            p.target,
-            p.draft,
-            p.target_options.quantization,
-            p.target_options.dtype,
-            method,
-            gamma,
-            "constant",
-            temperature,
-            top_k,
-            top_p,
-            seed,
-            max_new_tokens,
-            p.chat_template,
-            2,
-            4,
-            12,
-            p.draft_vocab,
-        )
-        pair, ids, config = prepare(s)
-        base, spec = compare(pair, ids, config)
-        return comparison_record(pair.tokenizer, ids, base, spec, dtype_name(pair.target))
-    except Exception as error:
-        raise gr.Error(friendly(error)) from error
+        return handlers.compare_api(prompt, max_new_tokens, gamma, temperature, seed, top_k, top_p, method, preset)
+    except handlers.SpecDemoError as error:
+        raise gr.Error(str(error), print_exception=False) from None
 
 
-# ---------------------------------------------------------------- step inspector
+def validate(**values):
+    """Runs before a model handler is queued: a refused setting is shown next to its input."""
+    problem = handlers.find_problem(Settings(**{name: values[name] for name in handlers.SETTING_NAMES}))
+    field, message = problem or (None, "")
+    return [gr.validate(name != field, message if name == field else "") for name in values]
 
 
-def inspector_view(steps, decode, greedy, index):
-    if not steps:
-        return "<p>No steps yet.</p>", None, gr.update(minimum=0, maximum=1, value=0)
-    index = max(0, min(int(index), len(steps) - 1))
-    step = steps[index]
-    if step.tree_parents:
-        figure = tree_figure(step, decode)
-    elif step.p_top:
-        figure = distribution_figure(step, decode)
-    else:
-        figure = None
-    text = tokens_html(token_spans(steps[: index + 1], decode), greedy)
-    # a slider needs maximum > minimum: a one-step run still gets a 0..1 slider
-    slider = gr.update(minimum=0, maximum=max(1, len(steps) - 1), value=index)
-    return step_table_html(step, decode, greedy) + "<hr>" + text, figure, slider
+def export(trace, request: gr.Request):
+    return handlers.export_trace(trace, request.session_hash if request else None)
 
 
-@gpu
-@takes_settings
-def stepper_start(s: Settings, progress=gr.Progress(track_tqdm=True)):
-    """Record a whole speculative run in this one call, then show its first step. The session
-    holds plain records and token texts (no live generator or model), so "Next step" needs no
-    model and the session pickles (ZeroGPU returns results by pickle)."""
-    try:
-        if s.method == "naive":
-            raise InputError("the step inspector follows speculative decoding: pick draft model, prompt lookup or tree")
-        pair, ids, config = prepare(s)
-        steps = run_all(decode_steps(pair.target, pair.draft, ids, config, pair.eos)).steps
-        texts = {t: pair.tokenizer.decode([t]) for t in traces.used_ids(steps)}
-        session = {"steps": steps, "texts": texts, "greedy": config.sampling.greedy, "shown": 0}
-        return stepper_show(session)
-    except Exception as error:
-        return None, f"⚠️ {friendly(error)}", None, gr.skip()
-
-
-def stepper_show(session):
-    decode = traces.text_lookup(session["texts"])
-    html, figure, slider = inspector_view(session["steps"], decode, session["greedy"], session["shown"])
-    if session["shown"] >= len(session["steps"]) - 1:
-        html = "<p><b>Finished.</b></p>" + html
-    return session, html, figure, slider
-
-
-def stepper_next(session):
-    if not session or not session.get("steps"):
-        return session, "Press *Start step-by-step* first (or *Inspect the last run*).", None, gr.skip()
-    session["shown"] = min(session["shown"] + 1, len(session["steps"]) - 1)
-    return stepper_show(session)
-
-
-def inspect_last(trace):
-    if not trace:
-        return None, "Run once first: the last run's steps appear here.", None, gr.skip()
-    state, _, _ = traces.from_trace(trace)
-    texts = {int(k): v for k, v in trace["token_text"].items()}
-    return stepper_show({"steps": state.contender, "texts": texts, "greedy": state.greedy, "shown": 0})
-
-
-def inspector_goto(session, index):
-    if not session or not session.get("steps"):
-        return gr.skip(), gr.skip()
-    session["shown"] = max(0, min(int(index), len(session["steps"]) - 1))
-    _, html, figure, _ = stepper_show(session)
-    return html, figure
-
-
-# ---------------------------------------------------------------- benchmark, theory, losslessness
-
-
-@gpu
-@takes_settings
-def benchmark(
-    s: Settings, gammas="1,2,3,4,6,8", repeats=1, with_transformers=False, progress=gr.Progress(track_tqdm=True)
-):
-    try:
-        try:
-            gamma_list = [int(g) for g in str(gammas).split(",") if g.strip()]
-        except ValueError:
-            raise InputError("γ values: whole numbers separated by commas, e.g. 1,2,4,8") from None
-        if not gamma_list or not all(1 <= g <= 32 for g in gamma_list):
-            raise InputError("every γ must be between 1 and 32")
-        s.method_label = "draft"
-        pair, ids, _ = prepare(s)
-        engines = ENGINES if with_transformers else ("specdemo-baseline", "specdemo-speculative", "specdemo-tree")
-        result = run_bench(pair, [ids], gamma_list, int(s.max_new_tokens), int(repeats), progress=True, engines=engines)
-        return gamma_sweep_figure(result["rows"]), f"<pre>{format_table(result)}</pre>"
-    except Exception as error:
-        return None, f"⚠️ {friendly(error)}"
-
-
-def measured_point(trace):
-    """α, γ, c, τ and speedup of the last run, for the theory tab."""
-    if not trace or trace["method"] == "naive":
-        return None
-    state, _, settings = traces.from_trace(trace)
-    spec, base = state.contender, state.baseline
-    drafted = sum(len(s.drafted) for s in spec[1:])
-    t_d = sum(s.draft_s for s in spec[1:]) / drafted if drafted else 0.0
-    t_t = sorted(s.verify_s for s in base[1:])[len(base[1:]) // 2] if len(base) > 1 else 0.0
-    return {
-        "alpha": acceptance_rate(spec),
-        "gamma": int(settings.get("gamma", 4)),
-        "c": t_d / t_t if t_t else 0.0,
-        "tau": mean_accepted_tokens(spec),
-        "speedup": state.summary()["speedup"],
-    }
-
-
-def theory(alpha, gamma, c, trace):
-    return theory_figure(float(alpha), int(gamma), float(c), measured_point(trace))
-
-
-def theory_from_last(trace):
-    point = measured_point(trace)
-    if not point:
-        raise gr.Error("run a speculative method once first")
-    return round(point["alpha"], 3), point["gamma"], round(min(point["c"], 1.0), 3)
-
-
-@gpu
-@takes_settings
-def lossless(s: Settings, samples=300, k=2, check_temperature=1.0, progress=gr.Progress()):
-    try:
-        if s.method == "naive":
-            raise InputError("pick draft model, prompt lookup or tree: the naive method is known not to be lossless")
-        s.temperature = check_temperature
-        pair, ids, config = prepare(s)
-        check = check_lossless(
-            pair,
-            ids,
-            config,
-            int(samples),
-            int(k),
-            progress=lambda done, total: progress(done / total, desc="sampling"),
-        )
-        verdict = (
-            "no evidence of a difference" if check.p_value > 0.01 else "the distributions differ: that would be a bug"
-        )
-        return lossless_figure(check, decoder(pair.tokenizer)), f"χ² p-value **{check.p_value:.3f}**: {verdict}."
-    except Exception as error:
-        return None, f"⚠️ {friendly(error)}"
-
-
-def preset_fields(name: str):
-    """Selecting a preset fills the model fields, the options and the example prompts."""
-    p = PRESETS[name]
-    examples = list(p.examples)
-    return (
-        p.target,
-        p.draft,
-        p.target_options.quantization,
-        p.target_options.dtype,
-        p.chat_template,
-        p.draft_vocab,
-        p.gamma,
-        gr.update(choices=examples, value=None),
-        examples[0] if examples else gr.skip(),
-    )
+def forget(request: gr.Request):
+    handlers.forget_session(request.session_hash if request else None)
 
 
 CSS = """
@@ -535,12 +125,12 @@ very same tokens, up to the rounding of half precision, which the app explains w
 
 def build_demo() -> gr.Blocks:
     first = PRESETS[PRESET]
-    with gr.Blocks(title="specdemo: speculative decoding") as demo:
+    with gr.Blocks(title="specdemo: speculative decoding", delete_cache=(3600, 3600)) as demo:
         gr.Markdown(TITLE)
         notice = default_preset_notice()
         if notice and PRESET == default_preset_name():
             gr.Markdown(f"ℹ️ {notice}", elem_id="notice")
-        last_trace = gr.State(None)
+        last_trace = gr.State(None, time_to_live=SESSION_TTL_S)
         # The first screen is the race: prompt, pair and Run on top, the panes right under them.
         with gr.Row(equal_height=True):
             with gr.Column(scale=3):
@@ -548,13 +138,13 @@ def build_demo() -> gr.Blocks:
                     label="Prompt", elem_id="prompt", value=first.examples[0] if first.examples else "", lines=1
                 )
             with gr.Column(scale=2):
-                preset = gr.Dropdown(list(PRESETS), value=PRESET, label="Model pair")
+                preset = gr.Dropdown(CHOICES, value=PRESET, label="Model pair")
             with gr.Column(scale=1, min_width=160):
                 run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", size="sm")
         with gr.Row():
             example = gr.Dropdown(list(first.examples), label="Example prompts", value=None, scale=3)
-            method = gr.Dropdown(list(METHOD_LABELS), value="draft model", label="Method", scale=2)
+            method_label = gr.Dropdown(list(METHOD_LABELS), value="draft model", label="Method", scale=2)
             gamma = gr.Slider(1, 32, value=first.gamma, step=1, label="γ (draft tokens per step)", scale=2)
             max_new_tokens = gr.Slider(
                 1, MAX_NEW_TOKENS, value=min(128, MAX_NEW_TOKENS), step=1, label="Max new tokens", scale=2
@@ -582,7 +172,7 @@ def build_demo() -> gr.Blocks:
                     value=first.target_options.quantization,
                     label="Target quantization (bitsandbytes, CUDA only)",
                 )
-                dtype = gr.Radio(DTYPE_CHOICES, value=first.target_options.dtype, label="dtype")
+                dtype = gr.Radio(list(DTYPE_CHOICES), value=first.target_options.dtype, label="dtype")
                 chat_template = gr.Checkbox(first.chat_template, label="Apply the chat template")
                 draft_vocab = gr.Number(
                     first.draft_vocab,
@@ -590,27 +180,26 @@ def build_demo() -> gr.Blocks:
                     minimum=0,
                     label="Draft vocabulary: score only the N most frequent tokens (0 = all)",
                 )
-        settings = [
-            prompt,
-            target_id,
-            draft_id,
-            quantization,
-            dtype,
-            method,
-            gamma,
-            schedule,
-            temperature,
-            top_k,
-            top_p,
-            seed,
-            max_new_tokens,
-            chat_template,
-            tree_k,
-            tree_depth,
-            tree_nodes,
-            draft_vocab,
-        ]
-        assert len(settings) == len(SETTING_NAMES)
+        settings = dict(  # every run's inputs_kwargs: handlers.Settings has a field of each name
+            prompt=prompt,
+            target_id=target_id,
+            draft_id=draft_id,
+            quantization=quantization,
+            dtype=dtype,
+            method_label=method_label,
+            gamma=gamma,
+            schedule=schedule,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            max_new_tokens=max_new_tokens,
+            chat_template=chat_template,
+            tree_k=tree_k,
+            tree_depth=tree_depth,
+            tree_nodes=tree_nodes,
+            draft_vocab=draft_vocab,
+        )
 
         with gr.Tabs():
             with gr.Tab("Race"):
@@ -648,7 +237,7 @@ def build_demo() -> gr.Blocks:
                 step_slider = gr.Slider(0, 1, value=0, step=1, label="step")
                 step_html = gr.HTML("", elem_id="inspector")
                 step_plot = gr.Plot(label="step detail")
-                stepper = gr.State(None)
+                stepper = gr.State(None, time_to_live=SESSION_TTL_S)
             with gr.Tab("Benchmark"):
                 with gr.Row():
                     bench_gammas = gr.Textbox("1,2,3,4,6,8", label="γ values")
@@ -667,7 +256,9 @@ def build_demo() -> gr.Blocks:
                     alpha = gr.Slider(0, 1, value=0.8, step=0.01, label="α (acceptance)")
                     theory_gamma = gr.Slider(1, 32, value=4, step=1, label="γ")
                     cost = gr.Slider(0, 1, value=0.1, step=0.01, label="c (draft step / target step)")
-                theory_last = gr.Button("Use the last run's α, γ, c")
+                with gr.Row():
+                    theory_last = gr.Button("Use the last run's α, γ, c")
+                    theory_note = gr.Markdown("")
                 theory_plot = gr.Plot(label="theory")
             with gr.Tab("Losslessness check"):
                 gr.Markdown(
@@ -683,53 +274,42 @@ def build_demo() -> gr.Blocks:
                 check_plot = gr.Plot(label="histograms")
 
         preset.change(
-            preset_fields,
+            handlers.preset_fields,
             preset,
             [target_id, draft_id, quantization, dtype, chat_template, draft_vocab, gamma, example, prompt],
         )
-        example.change(lambda e: e or gr.skip(), example, prompt)
-        outputs = [
-            base_pane,
-            spec_pane,
-            summary,
-            race_plot,
-            acceptance_plot,
-            histogram_plot,
-            speedup_plot,
-            breakdown_plot,
-            status,
-            last_trace,
-        ]
-        run_btn.click(run, settings, outputs, concurrency_id="models", api_visibility="private")
-        stop_btn.click(stop, None, status, queue=False)
-        export_btn.click(export_trace, last_trace, export_btn, api_visibility="private")
-        trace_file.upload(replay, trace_file, outputs, api_visibility="private")
+        example.change(lambda e: e or handlers.KEEP, example, prompt)
+        outputs = dict(zip(("baseline_pane", "speculative_pane", "summary"), (base_pane, spec_pane, summary)))
+        outputs |= dict(race_plot=race_plot, speedup_plot=speedup_plot, acceptance_plot=acceptance_plot)
+        outputs |= dict(histogram_plot=histogram_plot, breakdown_plot=breakdown_plot, status=status, trace=last_trace)
+        race_outputs = [outputs[name] for name in RACE_OUTPUTS]
+        model_event = dict(concurrency_id="models", api_visibility="private", validator=validate)
+        race = run_btn.click(run, inputs_kwargs=settings, outputs=race_outputs, **model_event)
+        replaying = trace_file.upload(handlers.replay, trace_file, race_outputs, api_visibility="private")
+        stop_btn.click(handlers.stop, None, status, cancels=[race, replaying], queue=False)
+        export_btn.click(export, last_trace, export_btn, api_visibility="private")
 
         inspector_out = [stepper, step_html, step_plot, step_slider]
-        step_start.click(stepper_start, settings, inspector_out, concurrency_id="models", api_visibility="private")
-        step_next.click(stepper_next, stepper, inspector_out, api_visibility="private")
-        step_last.click(inspect_last, last_trace, inspector_out, api_visibility="private")
-        step_slider.release(inspector_goto, [stepper, step_slider], [step_html, step_plot], api_visibility="private")
+        step_start.click(stepper_start, inputs_kwargs=settings, outputs=inspector_out, **model_event)
+        step_next.click(handlers.stepper_next, stepper, inspector_out, api_visibility="private")
+        step_last.click(handlers.inspect_last, last_trace, inspector_out, api_visibility="private")
+        step_slider.release(
+            handlers.inspector_goto, [stepper, step_slider], [step_html, step_plot], api_visibility="private"
+        )
 
-        bench_btn.click(
-            benchmark,
-            settings + [bench_gammas, bench_repeats, bench_hf],
-            [bench_plot, bench_table],
-            concurrency_id="models",
-            api_visibility="private",
-        )
+        bench_inputs = settings | dict(gammas=bench_gammas, repeats=bench_repeats, with_transformers=bench_hf)
+        bench_btn.click(benchmark, inputs_kwargs=bench_inputs, outputs=[bench_plot, bench_table], **model_event)
+        theory_inputs = [alpha, theory_gamma, cost, last_trace]
         for control in (alpha, theory_gamma, cost):
-            control.change(theory, [alpha, theory_gamma, cost, last_trace], theory_plot, api_visibility="private")
-        theory_last.click(theory_from_last, last_trace, [alpha, theory_gamma, cost], api_visibility="private")
-        demo.load(theory, [alpha, theory_gamma, cost, last_trace], theory_plot, api_visibility="private")
-        check_btn.click(
-            lossless,
-            settings + [check_samples, check_k, check_temperature],
-            [check_plot, check_text],
-            concurrency_id="models",
-            api_visibility="private",
+            control.change(handlers.theory, theory_inputs, theory_plot, api_visibility="private")
+        theory_last.click(
+            handlers.theory_from_last, last_trace, [alpha, theory_gamma, cost, theory_note], api_visibility="private"
         )
+        demo.load(handlers.theory, theory_inputs, theory_plot, api_visibility="private")
+        check_inputs = settings | dict(samples=check_samples, k=check_k, check_temperature=check_temperature)
+        check_btn.click(lossless, inputs_kwargs=check_inputs, outputs=[check_plot, check_text], **model_event)
         gr.api(compare_api, api_name="compare", concurrency_id="models")
+        demo.unload(forget)
     demo.queue(max_size=MAX_QUEUE, default_concurrency_limit=CONCURRENCY)
     return demo
 
@@ -739,6 +319,7 @@ demo = build_demo()
 
 def launch(**kwargs):
     """Bind to 127.0.0.1:7860 unless GRADIO_SERVER_NAME / GRADIO_SERVER_PORT say otherwise."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("server_port", int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     return demo.launch(css=CSS, **kwargs)

@@ -5,6 +5,8 @@ The app turns each state into components; this module knows nothing of gradio.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -37,6 +39,11 @@ class RaceState:
     def tokens(self, side: str) -> list[int]:
         steps = self.baseline if side == "baseline" else self.contender
         return [t for s in steps for t in s.emitted]
+
+    @property
+    def compute_s(self) -> float:
+        """Both sides' own compute clocks added up: the race's time with nothing else running."""
+        return sum(steps[-1].elapsed_s for steps in (self.baseline, self.contender) if steps)
 
     def first_difference(self) -> int | None:
         """Index of the first token where the two outputs differ so far (None: none yet)."""
@@ -86,3 +93,53 @@ def run_race(
         yield state
     state.done = True
     yield state
+
+
+class LiveRace:
+    """The race on a thread of its own (the producer), so that whoever shows it (the consumer)
+    renders the latest state at its own pace and never slows the models down.
+
+        race = LiveRace(pair, ids, config, "draft")
+        while not race.wait(0.1):
+            show(race.snapshot())
+        race.close()   # also stops a race still running (a closed browser tab, Stop)
+    """
+
+    def __init__(self, pair, prompt_ids: list[int], config: DecodeConfig, method: str):
+        self._cancel = threading.Event()
+        self._done = threading.Event()
+        self._state = RaceState(method, config.sampling.greedy, dtype=dtype_name(pair.target))
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(pair, prompt_ids, config, method), name="specdemo-race", daemon=True
+        )
+        self.started = time.perf_counter()
+        self.finished: float | None = None
+        self._thread.start()
+
+    def _run(self, pair, prompt_ids, config, method) -> None:
+        try:
+            for state in run_race(pair, prompt_ids, config, method, cancel=self._cancel.is_set):
+                self._state = state
+        except BaseException as error:  # handed to the consumer, which shows it
+            self.error = error
+        finally:
+            self.finished = time.perf_counter()
+            self._done.set()
+
+    def wait(self, seconds: float) -> bool:
+        """Block up to ``seconds``; True once the race is over (finished, stopped or failed)."""
+        return self._done.wait(seconds)
+
+    def snapshot(self) -> RaceState:
+        """A copy of the state so far that the producer will not change under the reader."""
+        state = self._state
+        return replace(state, baseline=list(state.baseline), contender=list(state.contender))
+
+    @property
+    def wall_s(self) -> float:
+        return (self.finished or time.perf_counter()) - self.started
+
+    def close(self) -> None:
+        self._cancel.set()
+        self._thread.join(timeout=30)

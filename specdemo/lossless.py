@@ -20,10 +20,11 @@ class LosslessCheck:
     k: int
 
 
-def first_tokens(make_steps, config: DecodeConfig, samples: int, k: int, progress=None) -> Counter:
+def first_tokens(make_steps, config: DecodeConfig, seeds: range, k: int, progress=None) -> Counter:
+    """Sample the first k tokens once per seed; count each tuple."""
     counts: Counter = Counter()
-    for i in range(samples):
-        cfg = replace(config, max_new_tokens=k, sampling=replace(config.sampling, seed=config.sampling.seed + i))
+    for i, seed in enumerate(seeds):
+        cfg = replace(config, max_new_tokens=k, sampling=replace(config.sampling, seed=seed))
         counts[tuple(run_all(make_steps(cfg)).token_ids)] += 1
         if progress:
             progress(i + 1)
@@ -62,8 +63,14 @@ def check_lossless(
     if not 1 <= k <= 8 or not 10 <= samples <= 5000:
         raise InputError("use 1–8 tokens and 10–5000 samples")
     report = (lambda offset: lambda i: progress(offset + i, 2 * samples)) if progress else (lambda offset: None)
-    base = first_tokens(lambda c: baseline_steps(pair.target, prompt_ids, c, pair.eos), config, samples, k, report(0))
+    # The χ² homogeneity test assumes two INDEPENDENT samples: the two sides draw from disjoint
+    # seeds (sample i of both sides on one seed would share their random numbers).
+    first = config.sampling.seed
+    base_seeds, spec_seeds = range(first, first + samples), range(first + samples, first + 2 * samples)
+    base = first_tokens(
+        lambda c: baseline_steps(pair.target, prompt_ids, c, pair.eos), config, base_seeds, k, report(0)
+    )
     spec = first_tokens(
-        lambda c: decode_steps(pair.target, pair.draft, prompt_ids, c, pair.eos), config, samples, k, report(samples)
+        lambda c: decode_steps(pair.target, pair.draft, prompt_ids, c, pair.eos), config, spec_seeds, k, report(samples)
     )
     return LosslessCheck(base, spec, two_sample_pvalue(base, spec), samples, k)

@@ -6,7 +6,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -46,6 +46,7 @@ class Preset:
     draft_vocab: int = 0  # the draft scores only its N most frequent target tokens (0 = all)
     gamma: int = 4  # the γ that measured fastest with this pair (the app's starting value)
     prompts_file: Path = PROMPTS / "instruct.txt"  # the benchmark's held-out prompts
+    lowercase: bool = False  # the pair knows lower-case text only: prompts are lower-cased (with a note)
 
 
 STORY_OPENINGS = (
@@ -72,6 +73,7 @@ PRESETS = {
             chat_template=False,
             examples=STORY_OPENINGS,
             prompts_file=PROMPTS / "stories.txt",
+            lowercase=True,
         ),
         # A real instruct model that runs offline on a CPU, with a draft distilled here.
         Preset(
@@ -91,6 +93,16 @@ PRESETS = {
             "Qwen/Qwen2.5-0.5B-Instruct",
             target_options=LoadOptions(dtype="float16", quantization="4bit"),
             draft_options=LoadOptions(dtype="float16"),
+            examples=QWEN_PROMPTS,
+            needs_cuda=True,
+        ),
+        # The same pair unquantized in bfloat16: what a ZeroGPU Space preloads (see README).
+        Preset(
+            "qwen2.5-3b+0.5b",
+            "Qwen/Qwen2.5-3B-Instruct",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            target_options=LoadOptions(dtype="bfloat16"),
+            draft_options=LoadOptions(dtype="bfloat16"),
             examples=QWEN_PROMPTS,
             needs_cuda=True,
         ),
@@ -116,6 +128,11 @@ def default_preset_name() -> str:
     if torch.cuda.is_available():
         return "qwen2.5-3b-nf4+0.5b"
     return "smollm2-135m" if smollm2_ready() else "bundled-tinystories"
+
+
+def lowercases(target_id: str) -> bool:
+    """Whether a preset says this target knows lower-case text only (the bundled TinyStories pair)."""
+    return any(p.lowercase for p in PRESETS.values() if p.target == target_id)
 
 
 def smollm2_ready() -> bool:
@@ -274,6 +291,7 @@ class ModelCache:
         self._entries: OrderedDict[tuple, LoadedModel] = OrderedDict()
         self._lock = threading.RLock()
         self.loads = 0
+        self.frozen = False  # True: serve the preloaded models only (a ZeroGPU Space)
 
     def get(self, model_id: str, options: LoadOptions = LoadOptions()) -> LoadedModel:
         key = (model_id, options)
@@ -281,12 +299,24 @@ class ModelCache:
             if key in self._entries:
                 self._entries.move_to_end(key)
                 return self._entries[key]
+            if self.frozen:
+                loaded = ", ".join(sorted({f"{k[0]} ({k[1].dtype})" for k in self._entries}))
+                raise InputError(f"this Space runs only the models it loaded at start: {loaded}")
             model, tokenizer = load_model(model_id, options)
             self.loads += 1
             entry = LoadedModel(model, tokenizer, model.get_memory_footprint())
             self._entries[key] = entry
             self._evict(keep=key)
             return entry
+
+    def preload(self, model_id: str, options: LoadOptions, device: str) -> None:
+        """Load on the CPU, move to ``device`` and keep it under the key a request for
+        (model_id, options) looks up. On ZeroGPU this runs at import: ``.to("cuda")`` there is
+        recorded by the spaces package and replayed in each GPU worker."""
+        model, tokenizer = load_model(model_id, replace(options, device="cpu"))
+        model.to(device)
+        with self._lock:
+            self._entries[(model_id, options)] = LoadedModel(model, tokenizer, model.get_memory_footprint())
 
     def _evict(self, keep) -> None:
         while self.total_bytes > self.budget_bytes and len(self._entries) > 1:
@@ -344,6 +374,18 @@ def load_pair(
     return Pair(target.model, draft, target.tokenizer, target_id, draft_id, eos)
 
 
+def preload_presets(names: list[str], cache: ModelCache | None = None) -> None:
+    """Load these presets' pairs now (on CUDA when there is one) and serve only them afterwards:
+    what a ZeroGPU Space does at import, because a GPU call cannot keep what it loads."""
+    cache = cache or DEFAULT_CACHE
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for name in names:
+        p = PRESETS[name]
+        cache.preload(p.target, p.target_options, device)
+        cache.preload(p.draft, LoadOptions(dtype=p.target_options.dtype), device)
+    cache.frozen = True
+
+
 def configure_cpu_threads(pair: Pair) -> int:
     """On a CPU, a small target runs fastest on ONE thread: its matrices are too small to share
     out, and a second thread only adds synchronisation (and suffers most when the machine is
@@ -359,7 +401,7 @@ def configure_cpu_threads(pair: Pair) -> int:
 def check_prompt(prompt) -> None:
     """An empty prompt is refused before anything loads (and again here at encoding)."""
     if not isinstance(prompt, str) or not prompt.strip():
-        raise InputError("the prompt is empty: type some text to continue")
+        raise InputError("the prompt is empty: type some text to continue", field="prompt")
 
 
 def encode_prompt(tokenizer, prompt: str, chat_template: bool = True) -> list[int]:

@@ -6,63 +6,93 @@ import bisect
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 COLOURS = {"baseline": "#7f7f7f", "speculative": "#2a9d8f", "accepted": "#52b788", "theory": "#e76f51"}
 
 
-def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 280) -> go.Figure:
-    fig.update_layout(
-        title=title,
-        xaxis_title=x,
-        yaxis_title=y,
+def _base_layout(title: str, x: str, y: str, height: int) -> dict:
+    return dict(
+        title=dict(text=title),
+        xaxis=dict(title=dict(text=x)),
+        yaxis=dict(title=dict(text=y)),
         height=height,
         margin=dict(l=50, r=20, t=40, b=40),
         uirevision="keep",  # live updates keep the user's zoom and do not flicker
         legend=dict(orientation="h", y=-0.25),
-        template="plotly_white",
+        template=_TEMPLATE,
     )
+
+
+_TEMPLATE = pio.templates["plotly_white"].to_plotly_json()
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 280) -> go.Figure:
+    fig.update_layout(_base_layout(title, x, y, height))
     return fig
+
+
+def _live_figure(traces: list[dict], title: str, x: str, y: str, **layout) -> go.Figure:
+    """A figure redrawn during the race, built from plain dicts WITHOUT plotly's property
+    validation (``_validate=False``): validating costs ~10 ms a figure, a live race redraws
+    several a second. tests/test_render_plots.py validates every one of them instead."""
+    return go.Figure(data=traces, layout=_base_layout(title, x, y, 280) | layout, _validate=False)
+
+
+def _hline(y: float) -> dict:
+    return dict(type="line", xref="paper", x0=0, x1=1, y0=y, y1=y, line=dict(dash="dot", color=COLOURS["baseline"]))
 
 
 def race_figure(base: Sequence, spec: Sequence, spec_label: str = "speculative") -> go.Figure:
     """Tokens written vs own compute time: the race."""
-    fig = go.Figure()
-    for name, steps, colour in (("baseline", base, COLOURS["baseline"]), (spec_label, spec, COLOURS["speculative"])):
-        fig.add_scatter(
+    traces = [
+        dict(
+            type="scatter",
             x=[0] + [s.elapsed_s for s in steps],
             y=[0] + [s.new_tokens for s in steps],
             mode="lines",
             line=dict(color=colour, shape="hv"),
             name=name,
         )
-    return _layout(fig, "The race: tokens vs compute time", "seconds", "tokens")
+        for name, steps, colour in (("baseline", base, COLOURS["baseline"]), (spec_label, spec, COLOURS["speculative"]))
+    ]
+    return _live_figure(traces, "The race: tokens vs compute time", "seconds", "tokens")
 
 
 def acceptance_figure(spec: Sequence) -> go.Figure:
     """Fraction of each step's draft that was kept, and the running acceptance rate."""
     steps = [s for s in spec if s.drafted]
-    rates = [s.accepted / len(s.drafted) for s in steps]
     running, kept, drafted = [], 0, 0
     for s in steps:
         kept, drafted = kept + s.accepted, drafted + len(s.drafted)
         running.append(kept / drafted)
-    fig = go.Figure()
-    fig.add_bar(x=[s.index for s in steps], y=rates, name="this step", marker_color=COLOURS["accepted"])
-    fig.add_scatter(x=[s.index for s in steps], y=running, name="running mean", line=dict(color="#264653"))
-    fig.update_yaxes(range=[0, 1.05])
-    return _layout(fig, "Acceptance per step", "step", "accepted / drafted")
+    x = [s.index for s in steps]
+    traces = [
+        dict(
+            type="bar",
+            x=x,
+            y=[s.accepted / len(s.drafted) for s in steps],
+            name="this step",
+            marker=dict(color=COLOURS["accepted"]),
+        ),
+        dict(type="scatter", x=x, y=running, name="running mean", line=dict(color="#264653")),
+    ]
+    figure = _live_figure(traces, "Acceptance per step", "step", "accepted / drafted")
+    figure.layout.yaxis.range = [0, 1.05]
+    return figure
 
 
 def accepted_length_figure(spec: Sequence) -> go.Figure:
     """How many drafted tokens each step kept (γ on the right means a full accept + bonus)."""
-    fig = go.Figure()
     counts: dict[int, int] = {}
     for s in spec:
         if s.drafted:
             counts[s.accepted] = counts.get(s.accepted, 0) + 1
     xs = list(range(0, max(counts, default=0) + 1))
-    fig.add_bar(x=xs, y=[counts.get(x, 0) for x in xs], marker_color=COLOURS["speculative"], name="steps")
-    return _layout(fig, "Accepted tokens per step", "accepted drafts", "steps")
+    bars = dict(
+        type="bar", x=xs, y=[counts.get(x, 0) for x in xs], marker=dict(color=COLOURS["speculative"]), name="steps"
+    )
+    return _live_figure([bars], "Accepted tokens per step", "accepted drafts", "steps")
 
 
 def baseline_time_for(base: Sequence, tokens: int) -> float | None:
@@ -84,16 +114,15 @@ def running_speedup(base: Sequence, spec: Sequence) -> list[tuple[int, float]]:
 
 def speedup_figure(base: Sequence, spec: Sequence) -> go.Figure:
     points = running_speedup(base, spec)
-    fig = go.Figure()
-    fig.add_scatter(
+    line = dict(
+        type="scatter",
         x=[p[0] for p in points],
         y=[p[1] for p in points],
         mode="lines+markers",
         line=dict(color=COLOURS["speculative"]),
         name="speedup",
     )
-    fig.add_hline(y=1.0, line_dash="dot", line_color=COLOURS["baseline"])
-    return _layout(fig, "Running speedup over the baseline", "tokens", "× faster")
+    return _live_figure([line], "Running speedup over the baseline", "tokens", "× faster", shapes=[_hline(1.0)])
 
 
 def gamma_sweep_figure(rows: Sequence[dict]) -> go.Figure:
@@ -143,17 +172,17 @@ def live_figures(base: Sequence, spec: Sequence, spec_label: str = "speculative"
 
 
 def time_breakdown_figure(spec: Sequence) -> go.Figure:
-    """Per step: draft / verify / rest seconds, stacked."""
-    fig = go.Figure()
+    """Per step: draft / verify / rest milliseconds, stacked."""
     xs = [s.index for s in spec]
-    for name, attr, colour in (
-        ("draft", "draft_s", "#8ecae6"),
-        ("verify", "verify_s", "#219ebc"),
-        ("rest", "rest_s", "#ffb703"),
-    ):
-        fig.add_bar(x=xs, y=[getattr(s, attr) * 1e3 for s in spec], name=name, marker_color=colour)
-    fig.update_layout(barmode="stack")
-    return _layout(fig, "Where each step's time goes", "step", "milliseconds")
+    bars = [
+        dict(type="bar", x=xs, y=[getattr(s, attr) * 1e3 for s in spec], name=name, marker=dict(color=colour))
+        for name, attr, colour in (
+            ("draft", "draft_s", "#8ecae6"),
+            ("verify", "verify_s", "#219ebc"),
+            ("rest", "rest_s", "#ffb703"),
+        )
+    ]
+    return _live_figure(bars, "Where each step's time goes", "step", "milliseconds", barmode="stack")
 
 
 def distribution_figure(step, decode) -> go.Figure:

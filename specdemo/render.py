@@ -58,28 +58,51 @@ def _spans(steps: Iterable, decode) -> Iterable[dict]:
                 "q": step.q[node],
                 "ratio": step.accept_prob[node],
                 "u": step.draws[node] if node < len(step.draws) and not step.tree_parents else None,
+                "tree": bool(step.tree_parents),
             }
         if len(kept) > step.accepted:
             if not step.drafted:
                 kind = "unverified" if step.unverified else "target"
             else:
                 kind = "correction" if step.correction is not None else "bonus"
-            yield {"text": decode(kept[-1]), "kind": kind, "step": step.index, "id": kept[-1]}
+            yield {
+                "text": decode(kept[-1]),
+                "kind": kind,
+                "step": step.index,
+                "id": kept[-1],
+                "tree": bool(step.tree_parents),
+            }
+
+
+# The tree's sampling rule (SpecInfer's multi-round test, one-hot candidates): see tree.py.
+TREE_RULE = (
+    "tree: the candidates at a node are tested in turn, each kept with probability p′(x), "
+    "where p′ is p with the mass of the candidates refused before it removed"
+)
 
 
 def hover_text(span: dict, greedy: bool) -> str:
+    tree = span.get("tree", False)
     if "p" not in span:
-        return {
-            "target": "the target's token",
-            "unverified": "written by the draft alone: nobody checked it",
-            "correction": "the target's correction: drawn from norm(max(0, p − q))"
-            if not greedy
-            else "the target's correction: its argmax",
-            "bonus": "bonus: drawn from p after every draft was kept" if not greedy else "bonus: the target's argmax",
-        }[span["kind"]]
+        if greedy:
+            what = {"correction": "the target's correction: its argmax", "bonus": "bonus: the target's argmax"}
+        elif tree:
+            what = {
+                "correction": "the target's token after every candidate was refused: drawn from p′ (" + TREE_RULE + ")",
+                "bonus": "bonus: the path reached a leaf, one more token drawn from p",
+            }
+        else:
+            what = {
+                "correction": "the target's correction: drawn from norm(max(0, p − q))",
+                "bonus": "bonus: drawn from p after every draft was kept",
+            }
+        what |= {"target": "the target's token", "unverified": "written by the draft alone: nobody checked it"}
+        return what[span["kind"]]
     text = f"p={span['p']:.3f}  q={span['q']:.3f}"
     if greedy:
         return text + "  (greedy: kept iff it is the target's argmax)"
+    if tree:
+        return text + "  " + TREE_RULE
     text += f"  min(1, p/q)={span['ratio']:.3f}"
     if span.get("u") is not None:
         verdict = "<" if span["kind"] == "accepted" else "≥"
@@ -208,7 +231,7 @@ def step_table_html(step, decode, greedy: bool) -> str:
         )
     last = step.emitted[-1] if step.emitted else None
     if step.correction is not None:
-        how = "its argmax" if greedy else "a draw from norm(max(0, p − q))"
+        how = "its argmax" if greedy else ("a draw from p′" if step.tree_parents else "a draw from norm(max(0, p − q))")
         tail = f"correction <code>{html.escape(repr(decode(step.correction)))}</code>: the target's {how}"
     elif step.bonus is not None and step.drafted:
         tail = f"bonus <code>{html.escape(repr(decode(step.bonus)))}</code>: every draft kept, one more from p"
@@ -216,11 +239,12 @@ def step_table_html(step, decode, greedy: bool) -> str:
         tail = f"target token <code>{html.escape(repr(decode(last)))}</code>"
     else:
         tail = ""
-    rule = (
-        "greedy: a draft is kept while it equals the target's argmax"
-        if greedy
-        else "kept when u < min(1, p(x)/q(x)); the first refusal ends the step"
-    )
+    if greedy:
+        rule = "greedy: a draft is kept while it equals the target's argmax"
+    elif step.tree_parents:
+        rule = TREE_RULE + "; if all are refused, the token is drawn from p′ (the min(1, p/q) column does not apply)"
+    else:
+        rule = "kept when u < min(1, p(x)/q(x)); the first refusal ends the step"
     return (
         f"<p><b>Step {step.index}</b>: {len(step.drafted)} drafted, {step.accepted} accepted; {tail}. "
         f"<i>{rule}</i></p><table class='inspector'>{head}{''.join(rows)}</table>"

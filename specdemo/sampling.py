@@ -50,11 +50,11 @@ def validate_sampling(config: SamplingConfig) -> None:
 
     t = config.temperature
     if t is None or (isinstance(t, float) and math.isnan(t)) or t < 0:
-        raise InputError(f"temperature must be a number ≥ 0 (0 = greedy), got {t}")
+        raise InputError(f"temperature must be a number ≥ 0 (0 = greedy), got {t}", field="temperature")
     if not 0 < config.top_p <= 1:
-        raise InputError(f"top_p must be in (0, 1], got {config.top_p}")
+        raise InputError(f"top_p must be in (0, 1], got {config.top_p}", field="top_p")
     if config.top_k < 0:
-        raise InputError(f"top_k must be ≥ 0 (0 = off), got {config.top_k}")
+        raise InputError(f"top_k must be ≥ 0 (0 = off), got {config.top_k}", field="top_k")
 
 
 def to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:

@@ -90,17 +90,17 @@ def validate_config(config: DecodeConfig) -> None:
     """Every check that needs no model: run it before loading anything."""
     n = config.max_new_tokens
     if not isinstance(n, int) or n <= 0:
-        raise InputError(f"max_new_tokens must be a whole number ≥ 1, got {n}")
+        raise InputError(f"max_new_tokens must be a whole number ≥ 1, got {n}", field="max_new_tokens")
     if n > config.max_new_tokens_cap:
-        raise InputError(f"max_new_tokens must be at most {config.max_new_tokens_cap}, got {n}")
+        raise InputError(f"max_new_tokens must be at most {config.max_new_tokens_cap}, got {n}", field="max_new_tokens")
     if not 1 <= config.gamma <= MAX_GAMMA:
-        raise InputError(f"γ (draft length) must be between 1 and {MAX_GAMMA}, got {config.gamma}")
+        raise InputError(f"γ (draft length) must be between 1 and {MAX_GAMMA}, got {config.gamma}", field="gamma")
     if config.schedule not in SCHEDULES:
-        raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {config.schedule!r}")
+        raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {config.schedule!r}", field="schedule")
     if config.method not in METHODS:
-        raise InputError(f"method must be one of {', '.join(METHODS)}, got {config.method!r}")
+        raise InputError(f"method must be one of {', '.join(METHODS)}, got {config.method!r}", field="method")
     if not 0 <= config.min_confidence < 1:
-        raise InputError(f"min_confidence must be in [0, 1), got {config.min_confidence}")
+        raise InputError(f"min_confidence must be in [0, 1), got {config.min_confidence}", field="min_confidence")
     validate_sampling(config.sampling)
 
 

@@ -228,13 +228,13 @@ def check_tree_attention(model) -> None:
 
 def validate_tree(config: TreeConfig) -> None:
     if not 1 <= config.k <= 8:
-        raise InputError(f"tree k (children per node) must be between 1 and 8, got {config.k}")
+        raise InputError(f"tree k (children per node) must be between 1 and 8, got {config.k}", field="tree_k")
     if not 1 <= config.depth <= 16:
-        raise InputError(f"tree depth must be between 1 and 16, got {config.depth}")
+        raise InputError(f"tree depth must be between 1 and 16, got {config.depth}", field="tree_depth")
     if not 1 <= config.max_nodes <= 64:
-        raise InputError(f"tree nodes must be between 1 and 64, got {config.max_nodes}")
+        raise InputError(f"tree nodes must be between 1 and 64, got {config.max_nodes}", field="tree_nodes")
     if not 0 <= config.min_prob < 1:
-        raise InputError(f"tree min_prob must be in [0, 1), got {config.min_prob}")
+        raise InputError(f"tree min_prob must be in [0, 1), got {config.min_prob}", field="tree_min_prob")
 
 
 def tree_steps(

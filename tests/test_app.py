@@ -1,88 +1,247 @@
-"""The Gradio app: event functions called directly, then the server driven by gradio_client."""
+"""The app's behaviour: the handlers called directly (plain values in and out), the wiring
+through gradio_client, and the contract a ZeroGPU Space imposes (everything pickles)."""
 
 from __future__ import annotations
 
-import inspect
+import logging
 import pickle
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
+import gradio as gr
 import plotly.graph_objects as go
 import pytest
 
-import app
+from specdemo import handlers
+from specdemo.handlers import RACE_OUTPUTS, Settings
 from specdemo.models import BUNDLED_DRAFT, BUNDLED_TARGET
 
 STORY = "once upon a time, there was a little"
+BASE = Settings(
+    prompt=STORY,
+    target_id=BUNDLED_TARGET,
+    draft_id=BUNDLED_DRAFT,
+    gamma=4,
+    max_new_tokens=24,
+    chat_template=False,
+)
 
 
-def run_inputs(**changes):
-    values = dict(
-        prompt=STORY,
-        target_id=BUNDLED_TARGET,
-        draft_id=BUNDLED_DRAFT,
-        quantization="none",
-        dtype="auto",
-        method_label="draft model",
-        gamma=4,
-        schedule="constant",
-        temperature=0.0,
-        top_k=0,
-        top_p=1.0,
-        seed=0,
-        max_new_tokens=24,
-        chat_template=False,
-        tree_k=2,
-        tree_depth=4,
-        tree_nodes=12,
-        draft_vocab=0,
-    )
-    values.update(changes)
-    return [values[name] for name in app.SETTING_NAMES]
+def settings(**changes) -> Settings:
+    return replace(BASE, **changes)
 
 
-def last_output(**changes):
-    outputs = list(app.run(*run_inputs(**changes)))
+def last_race_output(**changes) -> dict:
+    outputs = list(handlers.race(settings(**changes)))
     assert outputs
-    return outputs[-1]
+    return dict(zip(RACE_OUTPUTS, outputs[-1]))
 
 
 def test_run_streams_both_panes_and_finishes():
-    base_html, spec_html, summary, race, acceptance, histogram, speedup, breakdown, status, trace = last_output()
-    assert status == "✅ done"
-    assert "tok-target" in base_html and "tok-accepted" in spec_html
-    assert "identical to baseline" in summary and "✓" in summary
-    assert all(isinstance(f, go.Figure) for f in (race, acceptance, histogram, speedup, breakdown))
-    assert race.data[0].y[-1] == race.data[1].y[-1] == 24
-    assert trace["specdemo_trace"] == 1 and len(trace["baseline"]) == 24
+    out = last_race_output()
+    assert out["status"].startswith("✅ done: 24 + 24 tokens")
+    assert "tok-target" in out["baseline_pane"] and "tok-accepted" in out["speculative_pane"]
+    assert "identical to baseline" in out["summary"] and "✓" in out["summary"]
+    figures = [out[name] for name in RACE_OUTPUTS if name.endswith("_plot")]
+    assert len(figures) == 5 and all(isinstance(f, go.Figure) for f in figures)
+    for figure in figures:  # built without validation for speed: check them here
+        go.Figure(figure.to_dict())
+    assert out["race_plot"].data[0].y[-1] == out["race_plot"].data[1].y[-1] == 24
+    assert out["trace"]["specdemo_trace"] == 1 and len(out["trace"]["baseline"]) == 24
+
+
+def test_the_race_is_shown_while_it_runs_without_slowing_it(monkeypatch):
+    """Updates come from a consumer that renders the latest state at a fixed rate: many steps
+    per update, figures at most once a second, the trace kept along the way (a stopped run can
+    still be inspected)."""
+    monkeypatch.setattr(handlers, "PANES_EVERY_S", 0.01)
+    monkeypatch.setattr(handlers, "PLOTS_EVERY_S", 0.0)
+    updates = list(handlers.race(settings(max_new_tokens=200, prompt=STORY + " dog")))
+    assert len(updates) >= 2
+    running = [dict(zip(RACE_OUTPUTS, u)) for u in updates[:-1]]
+    assert all(u["status"].startswith("⏳ running") for u in running)
+    assert any(isinstance(u["trace"], dict) for u in running)
+
+
+def test_closing_the_race_stops_it_at_its_next_step():
+    """Gradio closes the generator on Stop (cancels=) and when the browser goes away."""
+    race = handlers.race(settings(max_new_tokens=400))
+    next(race)
+    race.close()  # must return promptly: the race thread is cancelled and joined
+    import threading
+
+    assert not any(t.name == "specdemo-race" and t.is_alive() for t in threading.enumerate())
 
 
 def test_tree_method_runs_in_the_app():
-    *_, summary, race, _, _, _, _, status, trace = last_output(method_label="token tree")
-    assert status == "✅ done" and "✓" in summary
-    assert any(step["tree_parents"] for step in trace["contender"])
+    out = last_race_output(method_label="token tree")
+    assert out["status"].startswith("✅ done") and "✓" in out["summary"]
+    assert any(step["tree_parents"] for step in out["trace"]["contender"])
+    sampled = last_race_output(method_label="token tree", temperature=1.0, seed=1)["speculative_pane"]
+    assert "kept with probability p′(x)" in sampled and "min(1, p/q)" not in sampled  # the tree's own rule
 
 
 def test_naive_method_is_labelled_not_lossless():
-    naive = next(k for k in app.METHOD_LABELS if "naive" in k)
-    *_, summary, race, _, _, _, _, status, _ = last_output(method_label=naive)
-    assert status == "✅ done" and "NOT lossless" in summary
+    naive = next(k for k in handlers.METHOD_LABELS if "naive" in k)
+    out = last_race_output(method_label=naive)
+    assert out["status"].startswith("✅ done") and "NOT lossless" in out["summary"]
+
+
+def test_the_bundled_pair_lower_cases_the_prompt_and_says_so():
+    out = last_race_output(prompt="Once upon a time, there was a little", max_new_tokens=4)
+    assert "lower-cased" in out["status"] and "once upon a time" in out["baseline_pane"]
+
+
+@pytest.mark.parametrize(
+    "changes, field, message",
+    [
+        ({"prompt": "   "}, "prompt", "prompt is empty"),
+        ({"gamma": 0}, "gamma", "between 1 and 32"),
+        ({"temperature": -1.0}, "temperature", "temperature must be"),
+        ({"top_p": None}, "top_p", "top_p must be a number"),
+        ({"max_new_tokens": 100000}, "max_new_tokens", "max_new_tokens must be at most"),
+        ({"method_label": "token tree", "tree_depth": 99}, "tree_depth", "tree depth"),
+    ],
+)
+def test_bad_input_is_refused_before_loading_next_to_its_field(changes, field, message):
+    at_fault, text = handlers.find_problem(settings(**changes))
+    assert at_fault == field and message in text
+    status = list(handlers.race(settings(**changes)))[-1][RACE_OUTPUTS.index("status")]
+    assert status.startswith("⚠️") and message in status
 
 
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"prompt": "   "}, "prompt is empty"),
-        ({"gamma": 0}, "between 1 and 32"),
-        ({"temperature": -1.0}, "temperature must be"),
         ({"target_id": "no such/model!"}, "neither a local folder nor"),
         ({"quantization": "4bit"}, "CUDA GPU"),
-        ({"max_new_tokens": 100000}, "max_new_tokens must be at most"),
     ],
 )
-def test_bad_input_shows_a_message_not_a_traceback(changes, message):
-    outputs = list(app.run(*run_inputs(**changes)))
-    status = outputs[-1][-2]
-    assert status.startswith("⚠️") and message in status and "Traceback" not in status
+def test_load_errors_are_one_status_line_and_nothing_is_lost(changes, message, caplog):
+    caplog.set_level(logging.INFO, logger="specdemo.app")
+    outputs = list(handlers.race(settings(**changes)))
+    assert len(outputs) == 1
+    out = dict(zip(RACE_OUTPUTS, outputs[0]))
+    assert out["status"].startswith("⚠️") and message in out["status"] and "Traceback" not in out["status"]
+    assert all(out[name] == handlers.KEEP for name in RACE_OUTPUTS if name != "status")  # panes stay as they were
+    refused = [r for r in caplog.records if r.name == "specdemo.app"]
+    assert refused and all(r.exc_info is None for r in refused)  # one line, no traceback
+
+
+def test_an_unexpected_error_inside_the_model_is_a_status_line(monkeypatch, caplog):
+    """A model that raises mid-race (out of memory, simulated): one status line in the UI."""
+    import specdemo.live
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        yield
+
+    monkeypatch.setattr(specdemo.live, "run_race", explode)
+    status = list(handlers.race(settings()))[-1][RACE_OUTPUTS.index("status")]
+    assert status.startswith("⚠️ the device ran out of memory")
+    monkeypatch.setattr(specdemo.live, "run_race", lambda *a, **k: iter([1 / 0]))
+    status = list(handlers.race(settings()))[-1][RACE_OUTPUTS.index("status")]
+    assert status.startswith("⚠️ unexpected error (ZeroDivisionError)")
+    assert any(r.exc_info for r in caplog.records if r.name == "specdemo.app")  # the log has the traceback
+
+
+def test_validator_marks_the_field_at_fault():
+    import app
+
+    values = {name: getattr(settings(gamma=0), name) for name in handlers.SETTING_NAMES}
+    verdicts = dict(zip(values, app.validate(**values)))
+    assert not verdicts["gamma"]["is_valid"] and "between 1" in verdicts["gamma"]["message"]
+    assert all(v["is_valid"] for name, v in verdicts.items() if name != "gamma")
+    ok = {name: getattr(settings(), name) for name in handlers.SETTING_NAMES} | {"samples": 10}
+    assert all(v["is_valid"] for v in app.validate(**ok))
+
+
+def test_keep_and_update_are_gradios_own_values():
+    assert handlers.KEEP == gr.skip()
+    assert handlers.update(minimum=0, maximum=3, value=1) == gr.update(minimum=0, maximum=3, value=1)
+
+
+def test_trace_export_and_replay_without_a_model(tmp_path):
+    trace = last_race_output(max_new_tokens=12)["trace"]
+    path = handlers.export_trace(trace, "session-1")
+    replayed = dict(zip(RACE_OUTPUTS, list(handlers.replay(path))[-1]))
+    assert "no model ran" in replayed["status"] and "tok-accepted" in replayed["speculative_pane"]
+    assert replayed["trace"]["contender"] == trace["contender"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}')
+    assert "not a specdemo trace" in list(handlers.replay(str(bad)))[-1][RACE_OUTPUTS.index("status")]
+    handlers.forget_session("session-1")  # the browser session ended: its file goes
+    assert not (tmp_path / path).exists()
+    assert handlers.export_trace(None, "session-1") == handlers.KEEP
+
+
+def test_step_inspector_walks_one_step_at_a_time():
+    session, html, figure, slider = handlers.stepper_start(settings(temperature=1.0, seed=3))
+    assert "Step 0" in html and session["shown"] == 0 and len(session["steps"]) > 1
+    pickle.loads(pickle.dumps(session))  # plain records: nothing live crosses a (ZeroGPU) call
+    for _ in range(30):
+        session, html, figure, slider = handlers.stepper_next(session)
+        if session["steps"][session["shown"]].correction is not None:
+            break
+    assert "correction" in html and "draw from norm(max(0, p − q))" in html
+    assert figure is not None  # the residual, p and q bars at the rejection
+
+
+def test_step_inspector_handles_a_one_step_run_and_a_stopped_one():
+    session, html, _, slider = handlers.stepper_start(settings(max_new_tokens=1))
+    assert len(session["steps"]) == 1 and "Finished" in html and "⚠️" not in html
+    assert slider["maximum"] > slider["minimum"]
+    assert handlers.stepper_next(session)[1] == html  # stays on the last step
+    stopped = last_race_output(max_new_tokens=1)["trace"] | {"contender": []}
+    assert "stopped before its first step" in handlers.inspect_last(stopped)[1]
+
+
+def test_theory_uses_the_last_run():
+    trace = last_race_output()["trace"]
+    alpha, gamma, cost, note = handlers.theory_from_last(trace)
+    assert 0 < alpha <= 1 and gamma == 4 and 0 < cost < 1
+    figure = handlers.theory(alpha, gamma, cost, trace)
+    assert any(trace_.name == "last run" for trace_ in figure.data)
+    assert handlers.theory_from_last(None)[-1].startswith("⚠️")
+
+
+def test_losslessness_check_in_the_app():
+    figure, text = handlers.lossless(settings(), samples=60, k=1, temperature=1.0)
+    assert "p-value" in text and figure is not None
+
+
+def test_losslessness_check_flags_a_wrong_sampler(monkeypatch):
+    """A speculative side that samples from the wrong distribution (a colder temperature)
+    must be caught: the check is not a rubber stamp."""
+    import specdemo.lossless
+
+    real = specdemo.lossless.decode_steps
+
+    def too_cold(target, draft, ids, config, eos):
+        cold = replace(config, sampling=replace(config.sampling, temperature=0.3))
+        return real(target, draft, ids, cold, eos)
+
+    monkeypatch.setattr(specdemo.lossless, "decode_steps", too_cold)
+    _, text = handlers.lossless(settings(), samples=300, k=1, temperature=1.0)
+    assert "the distributions differ" in text
+
+
+def test_benchmark_tab():
+    figure, table = handlers.benchmark(settings(max_new_tokens=12), gammas="1,3", repeats=1)
+    assert "specdemo-speculative" in table and figure is not None
+    assert "⚠️" in handlers.benchmark(settings(), gammas="x")[1]
+
+
+def test_gpu_durations_follow_the_work_and_stay_within_a_free_quota():
+    assert handlers.race_seconds(max_new_tokens=16) < handlers.race_seconds(max_new_tokens=400) <= 120
+    assert handlers.benchmark_seconds(gammas="1,2", max_new_tokens=64) < handlers.benchmark_seconds(
+        gammas="1,2,3,4,6,8", max_new_tokens=64, repeats=3
+    )
+    assert handlers.lossless_seconds(samples=50, k=1) < handlers.lossless_seconds(samples=2000, k=4) <= 120
+    assert handlers.compare_seconds("a prompt", 16) < handlers.compare_seconds("a prompt", 400)
+
+
+# ---------------------------------------------------------------- through the server
 
 
 @pytest.fixture(scope="module")
@@ -92,92 +251,29 @@ def client(server):
     return Client(server, verbose=False)
 
 
+def compare_call(client, prompt=STORY, **kwargs):
+    args = dict(max_new_tokens=8, gamma=3, temperature=0.0, seed=0) | kwargs
+    return client.predict(prompt=prompt, api_name="/compare", **args)
+
+
 def test_compare_endpoint_returns_the_cli_json(client):
-    out = client.predict(prompt=STORY, max_new_tokens=20, gamma=4, temperature=0.0, seed=0, api_name="/compare")
+    out = compare_call(client, max_new_tokens=20, gamma=4)
     assert set(out) >= {"prompt_ids", "baseline", "speculative", "speedup", "first_divergence"}
     assert out["speculative"]["token_ids"] == out["baseline"]["token_ids"]
     assert len(out["baseline"]["token_ids"]) == 20
     assert 0 <= out["speculative"]["acceptance_rate"] <= 1
 
 
-def test_eight_concurrent_calls_all_complete(client):
-    prompts = [f"{STORY} {word}" for word in ("cat", "dog", "bird", "girl", "boy", "tree", "car", "ball")]
-    with ThreadPoolExecutor(8) as pool:
-        jobs = [
-            pool.submit(
-                client.predict, prompt=p, max_new_tokens=8, gamma=3, temperature=0.0, seed=i, api_name="/compare"
-            )
-            for i, p in enumerate(prompts)
-        ]
+def test_sixteen_concurrent_calls_all_complete_correctly(client):
+    words = "cat dog bird girl boy tree car ball sun moon fish cake park hat box cup".split()
+    with ThreadPoolExecutor(16) as pool:
+        jobs = [pool.submit(compare_call, client, f"{STORY} {w}", seed=i) for i, w in enumerate(words)]
         results = [j.result(timeout=300) for j in jobs]
     assert all(r["speculative"]["token_ids"] == r["baseline"]["token_ids"] for r in results)
-    assert len({tuple(r["prompt_ids"]) for r in results}) == 8
+    assert len({tuple(r["prompt_ids"]) for r in results}) == 16
 
 
 def test_bad_api_input_is_a_clear_error_and_the_next_call_works(client):
     with pytest.raises(Exception, match="between 1 and 32"):
-        client.predict(prompt=STORY, max_new_tokens=8, gamma=99, temperature=0.0, seed=0, api_name="/compare")
-    out = client.predict(prompt=STORY, max_new_tokens=8, gamma=2, temperature=0.0, seed=0, api_name="/compare")
-    assert len(out["speculative"]["token_ids"]) == 8
-
-
-def test_trace_export_and_replay_without_a_model(tmp_path):
-    *_, trace = last_output(max_new_tokens=12)
-    path = app.export_trace(trace)
-    replayed = list(app.replay(path))
-    base_html, spec_html, summary, *_, status, again = replayed[-1]
-    assert "no model ran" in status and "tok-accepted" in spec_html
-    assert again["contender"] == trace["contender"]
-    bad = tmp_path / "bad.json"
-    bad.write_text('{"hello": 1}')
-    assert "not a specdemo trace" in list(app.replay(str(bad)))[-1][-2]
-
-
-def test_step_inspector_walks_one_step_at_a_time():
-    session, html, figure, slider = app.stepper_start(*run_inputs(temperature=1.0, seed=3))
-    assert "Step 0" in html and session["shown"] == 0 and len(session["steps"]) > 1
-    pickle.loads(pickle.dumps(session))  # plain records: nothing live crosses a (ZeroGPU) call
-    for _ in range(30):
-        session, html, figure, slider = app.stepper_next(session)
-        if session["steps"][session["shown"]].correction is not None:
-            break
-    assert "correction" in html and "draw from norm(max(0, p − q))" in html
-    assert figure is not None  # the residual, p and q bars at the rejection
-
-
-def test_step_inspector_handles_a_one_step_run():
-    """A run that ends at once (one step) must not give the slider maximum == minimum."""
-    session, html, _, slider = app.stepper_start(*run_inputs(max_new_tokens=1))
-    assert len(session["steps"]) == 1 and "Finished" in html and "⚠️" not in html
-    assert slider["maximum"] > slider["minimum"]
-    assert app.stepper_next(session)[1] == html  # stays on the last step
-
-
-def test_theory_uses_the_last_run():
-    *_, trace = last_output()
-    alpha, gamma, cost = app.theory_from_last(trace)
-    assert 0 < alpha <= 1 and gamma == 4 and 0 < cost < 1
-    figure = app.theory(alpha, gamma, cost, trace)
-    assert any(trace_.name == "last run" for trace_ in figure.data)
-
-
-def test_losslessness_check_in_the_app():
-    figure, text = app.lossless(*run_inputs(), samples=60, k=1, check_temperature=1.0)
-    assert "p-value" in text and figure is not None
-
-
-def test_benchmark_tab():
-    figure, table = app.benchmark(*run_inputs(max_new_tokens=12), gammas="1,3", repeats=1)
-    assert "specdemo-speculative" in table and figure is not None
-    assert "⚠️" in app.benchmark(*run_inputs(), gammas="x")[1]
-
-
-def test_handlers_expose_progress_and_request_to_gradio():
-    """Gradio injects gr.Progress / gr.Request only into positional parameters it can see."""
-    from gradio.helpers import special_args
-
-    for handler in (app.run, app.stepper_start, app.benchmark, app.lossless):
-        inputs = [None] * (len(app.SETTING_NAMES) + len(inspect.signature(handler).parameters) - len(app.SETTING_NAMES))
-        _, progress_index, _ = special_args(handler, inputs, None)[:3]
-        assert progress_index is not None, handler.__name__
-    assert inspect.isgeneratorfunction(app.run)
+        compare_call(client, gamma=99)
+    assert len(compare_call(client, gamma=2)["speculative"]["token_ids"]) == 8

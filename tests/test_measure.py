@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import types
 from collections import Counter
 
 import pytest
@@ -86,24 +85,3 @@ def test_bench_rejects_bad_gammas():
         [sys.executable, "-m", "specdemo", "bench", "--gammas", "0,40"], capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 2 and "between 1 and 32" in r.stderr
-
-
-def test_spaces_gpu_duration_follows_max_new_tokens(monkeypatch):
-    import app
-
-    seen = {}
-
-    def fake_gpu(duration):
-        def wrap(fn):
-            seen["duration"] = duration
-            return fn
-
-        return wrap
-
-    monkeypatch.setattr(app, "spaces", types.SimpleNamespace(GPU=fake_gpu))
-
-    def work(prompt, max_new_tokens=64):
-        return prompt
-
-    assert app.gpu(work)("x", max_new_tokens=64) == "x"
-    assert seen["duration"]("x", max_new_tokens=64) < seen["duration"]("x", max_new_tokens=400) <= 300

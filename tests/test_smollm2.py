@@ -121,19 +121,10 @@ def test_bfloat16_divergence_is_found_and_explained_as_a_near_tie():
 
 
 def test_app_runs_the_seed_prompt_on_smollm2():
-    from test_app import run_inputs
+    from specdemo.handlers import Settings, race
 
-    import app
-
-    inputs = run_inputs(
-        prompt=SEED_PROMPT,
-        target_id=PRESET.target,
-        draft_id=PRESET.draft,
-        chat_template=True,
-        draft_vocab=PRESET.draft_vocab,
-        max_new_tokens=24,
-    )
-    base_html, spec_html, summary, *_, status, trace = list(app.run(*inputs))[-1]
-    assert status == "✅ done"
+    settings = Settings.from_preset("smollm2-135m", prompt=SEED_PROMPT, max_new_tokens=24)
+    base_html, spec_html, summary, *_, status, trace = list(race(settings))[-1]
+    assert status.startswith("✅ done")
     assert "tok-accepted" in spec_html and ("tok-correction" in spec_html or "tok-bonus" in spec_html)
     assert "identical to baseline (float32)" in summary and "✓" in summary
