@@ -49,8 +49,8 @@ def gpu(duration):
 
 # Every handler that touches a model runs under @gpu; the rest is plain data.
 @gpu(handlers.race_seconds)
-def run(progress=gr.Progress(track_tqdm=True), **settings):
-    yield from handlers.race(Settings(**settings))
+def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), **settings):
+    yield from handlers.race(Settings(**settings), session_of(request))
 
 
 @gpu(handlers.stepper_seconds)
@@ -94,12 +94,20 @@ def validate(**values):
     return [gr.validate(name != field, message if name == field else "") for name in values]
 
 
+def session_of(request: gr.Request | None) -> str | None:
+    return getattr(request, "session_hash", None)
+
+
 def export(trace, request: gr.Request):
-    return handlers.export_trace(trace, request.session_hash if request else None)
+    return handlers.export_trace(trace, session_of(request))
+
+
+def stop(request: gr.Request):
+    return handlers.request_stop(session_of(request))
 
 
 def forget(request: gr.Request):
-    handlers.forget_session(request.session_hash if request else None)
+    handlers.forget_session(session_of(request))
 
 
 CSS = """
@@ -138,7 +146,7 @@ def build_demo() -> gr.Blocks:
                     label="Prompt", elem_id="prompt", value=first.examples[0] if first.examples else "", lines=1
                 )
             with gr.Column(scale=2):
-                preset = gr.Dropdown(CHOICES, value=PRESET, label="Model pair")
+                preset = gr.Dropdown(CHOICES, value=PRESET, label="Model pair", elem_id="preset")
             with gr.Column(scale=1, min_width=160):
                 run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", size="sm")
@@ -284,9 +292,9 @@ def build_demo() -> gr.Blocks:
         outputs |= dict(histogram_plot=histogram_plot, breakdown_plot=breakdown_plot, status=status, trace=last_trace)
         race_outputs = [outputs[name] for name in RACE_OUTPUTS]
         model_event = dict(concurrency_id="models", api_visibility="private", validator=validate)
-        race = run_btn.click(run, inputs_kwargs=settings, outputs=race_outputs, **model_event)
-        replaying = trace_file.upload(handlers.replay, trace_file, race_outputs, api_visibility="private")
-        stop_btn.click(handlers.stop, None, status, cancels=[race, replaying], queue=False)
+        run_btn.click(run, inputs_kwargs=settings, outputs=race_outputs, **model_event)
+        trace_file.upload(handlers.replay, trace_file, race_outputs, api_visibility="private")
+        stop_btn.click(stop, None, status, queue=False)
         export_btn.click(export, last_trace, export_btn, api_visibility="private")
 
         inspector_out = [stepper, step_html, step_plot, step_slider]

@@ -12,9 +12,11 @@ crosses a ZeroGPU call by pickle; nothing live (a generator, a model) is kept be
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -270,17 +272,25 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
     )
 
 
+def status_only(text: str) -> tuple:
+    """The RACE_OUTPUTS that change the status line only (the rest stays as it is on screen)."""
+    return (KEEP,) * (len(RACE_OUTPUTS) - 2) + (text, KEEP)
+
+
 def failure(message: str) -> tuple:
-    """The RACE_OUTPUTS for a run that could not start or failed: one status line, nothing lost."""
-    return (KEEP,) * (len(RACE_OUTPUTS) - 2) + (f"⚠️ {message}", KEEP)
+    """A run that could not start or failed: one status line, nothing on screen lost."""
+    return status_only(f"⚠️ {message}")
 
 
-def race(s: Settings) -> Iterator[tuple]:
+def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
     """The Run button: both panes, the summary and the figures as the race goes on.
 
     The race runs on its own thread (``LiveRace``); this generator shows its latest state at a
-    fixed rate, so rendering never slows the models down. Closing the generator (Gradio does
-    on Stop, or when the browser goes away) stops the race at its next step."""
+    fixed rate, so rendering never slows the models down. Stop (``request_stop``) ends it at its
+    next step with everything shown; closing the generator (Gradio does when the browser goes
+    away) stops it too."""
+    clear_stop(session)
+    yield status_only("⏳ starting… (a pair's first run loads it)")
     try:
         prep = prepare(s)
     except Exception as error:
@@ -293,6 +303,8 @@ def race(s: Settings) -> Iterator[tuple]:
     try:
         last_figures = time.perf_counter()
         while not live.wait(PANES_EVERY_S):
+            if stop_requested(session):
+                live.cancel()
             state = live.snapshot()
             tokens = len(state.tokens("baseline")), len(state.tokens("speculative"))
             status = f"⏳ running… {tokens[0]} + {tokens[1]} tokens"
@@ -308,9 +320,14 @@ def race(s: Settings) -> Iterator[tuple]:
             return
         state = live.snapshot()
         trace = traces.to_trace(state, settings, decode, device)
-        yield render(state, decode, prep.prompt, "all", done_status(state, live.wall_s, prep.note), trace)
+        if live.cancelled:
+            end = f"⏹ stopped: {len(state.tokens('baseline'))} + {len(state.tokens('speculative'))} tokens"
+        else:
+            end = done_status(state, live.wall_s, prep.note)
+        yield render(state, decode, prep.prompt, "all", end, trace)
     finally:
         live.close()
+        clear_stop(session)
 
 
 def done_status(state: RaceState, wall_s: float, note: str = "") -> str:
@@ -320,10 +337,6 @@ def done_status(state: RaceState, wall_s: float, note: str = "") -> str:
         f"compute {state.compute_s:.1f} s, wall {wall_s:.1f} s"
     )
     return text + (f" · ℹ️ {note}" if note else "")
-
-
-def stop() -> str:
-    return "⏹ stopped"
 
 
 def replay(path: str) -> Iterator[tuple]:
@@ -354,31 +367,45 @@ def replay(path: str) -> Iterator[tuple]:
     yield render(state, decode, prompt, "all", "✅ replayed from the trace (no model ran)", trace)
 
 
-TRACE_DIR = os.path.join(tempfile.gettempdir(), "specdemo-traces")
+# Per browser session: the exported trace and the stop flag, removed when the session ends.
+SESSIONS_DIR = os.path.join(tempfile.gettempdir(), "specdemo-sessions")
+
+
+def session_file(session: str | None, name: str) -> str:
+    folder = "".join(c for c in (session or "local") if c.isalnum())[:64] or "local"
+    os.makedirs(os.path.join(SESSIONS_DIR, folder), exist_ok=True)
+    return os.path.join(SESSIONS_DIR, folder, name)
 
 
 def export_trace(trace: dict | None, session: str | None) -> str | dict:
     """The last run as a JSON file, one per browser session (overwritten, removed when it leaves)."""
     if not trace:
         return KEEP
-    os.makedirs(TRACE_DIR, exist_ok=True)
-    path = trace_path(session)
+    path = session_file(session, "specdemo-trace.json")
     with open(path, "w", encoding="utf-8") as f:
         f.write(traces.dumps(trace))
     return path
 
 
-def trace_path(session: str | None) -> str:
-    name = "".join(c for c in (session or "local") if c.isalnum())[:64] or "local"
-    return os.path.join(TRACE_DIR, f"specdemo-trace-{name}.json")
+def request_stop(session: str | None) -> str:
+    """The Stop button. The flag is a file, so it reaches the race wherever it runs (on ZeroGPU,
+    in a forked GPU worker); the race sees it within one update and ends showing what it has."""
+    open(session_file(session, "stop"), "w").close()
+    return "⏹ stopping…"
+
+
+def stop_requested(session: str | None) -> bool:
+    return os.path.exists(session_file(session, "stop"))
+
+
+def clear_stop(session: str | None) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(session_file(session, "stop"))
 
 
 def forget_session(session: str | None) -> None:
     """A browser session ended: remove what it left on disk."""
-    try:
-        os.remove(trace_path(session))
-    except FileNotFoundError:
-        pass
+    shutil.rmtree(os.path.dirname(session_file(session, "stop")), ignore_errors=True)
 
 
 def compare_api(

@@ -140,6 +140,14 @@ class LiveRace:
     def wall_s(self) -> float:
         return (self.finished or time.perf_counter()) - self.started
 
-    def close(self) -> None:
+    def cancel(self) -> None:
+        """Stop at the next step (the state keeps what was done)."""
         self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def close(self) -> None:
+        self.cancel()
         self._thread.join(timeout=30)

@@ -4,6 +4,7 @@ through gradio_client, and the contract a ZeroGPU Space imposes (everything pick
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -57,14 +58,27 @@ def test_the_race_is_shown_while_it_runs_without_slowing_it(monkeypatch):
     monkeypatch.setattr(handlers, "PANES_EVERY_S", 0.01)
     monkeypatch.setattr(handlers, "PLOTS_EVERY_S", 0.0)
     updates = list(handlers.race(settings(max_new_tokens=200, prompt=STORY + " dog")))
-    assert len(updates) >= 2
-    running = [dict(zip(RACE_OUTPUTS, u)) for u in updates[:-1]]
+    assert len(updates) >= 3
+    running = [dict(zip(RACE_OUTPUTS, u)) for u in updates[1:-1]]
     assert all(u["status"].startswith("⏳ running") for u in running)
     assert any(isinstance(u["trace"], dict) for u in running)
 
 
+def test_stop_ends_the_race_showing_what_it_has():
+    race = handlers.race(settings(max_new_tokens=400), session="s-stop")
+    next(race), next(race)  # starting, then running
+    assert handlers.request_stop("s-stop") == "⏹ stopping…"
+    last = dict(zip(RACE_OUTPUTS, list(race)[-1]))
+    assert last["status"].startswith("⏹ stopped")
+    assert 0 < len(last["trace"]["baseline"]) < 400  # the stopped run can be inspected and exported
+    assert not handlers.stop_requested("s-stop")  # the next run starts afresh
+    assert dict(zip(RACE_OUTPUTS, list(handlers.race(settings(max_new_tokens=4), "s-stop"))[-1]))["status"].startswith(
+        "✅ done"
+    )
+
+
 def test_closing_the_race_stops_it_at_its_next_step():
-    """Gradio closes the generator on Stop (cancels=) and when the browser goes away."""
+    """Gradio closes the generator when the browser goes away."""
     race = handlers.race(settings(max_new_tokens=400))
     next(race)
     race.close()  # must return promptly: the race thread is cancelled and joined
@@ -120,8 +134,8 @@ def test_bad_input_is_refused_before_loading_next_to_its_field(changes, field, m
 def test_load_errors_are_one_status_line_and_nothing_is_lost(changes, message, caplog):
     caplog.set_level(logging.INFO, logger="specdemo.app")
     outputs = list(handlers.race(settings(**changes)))
-    assert len(outputs) == 1
-    out = dict(zip(RACE_OUTPUTS, outputs[0]))
+    assert len(outputs) == 2 and outputs[0] == handlers.status_only("⏳ starting… (a pair's first run loads it)")
+    out = dict(zip(RACE_OUTPUTS, outputs[1]))
     assert out["status"].startswith("⚠️") and message in out["status"] and "Traceback" not in out["status"]
     assert all(out[name] == handlers.KEEP for name in RACE_OUTPUTS if name != "status")  # panes stay as they were
     refused = [r for r in caplog.records if r.name == "specdemo.app"]
@@ -170,8 +184,8 @@ def test_trace_export_and_replay_without_a_model(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"hello": 1}')
     assert "not a specdemo trace" in list(handlers.replay(str(bad)))[-1][RACE_OUTPUTS.index("status")]
-    handlers.forget_session("session-1")  # the browser session ended: its file goes
-    assert not (tmp_path / path).exists()
+    handlers.forget_session("session-1")  # the browser session ended: its files go
+    assert not os.path.exists(path)
     assert handlers.export_trace(None, "session-1") == handlers.KEEP
 
 
