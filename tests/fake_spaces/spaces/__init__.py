@@ -1,0 +1,77 @@
+"""A stand-in for Hugging Face's ``spaces`` package that keeps ZeroGPU's contract without a GPU.
+
+As on ZeroGPU (``spaces/zero/wrappers.py``), each ``@spaces.GPU`` call runs in a forked worker
+process: the arguments go in by pickle, results (each yield of a generator) come back by pickle,
+an exception comes back as itself, and nothing the worker changes survives the call. So a
+handler that returns a live object, or keeps models it loaded inside the call, fails here as
+it would on a Space. ``CALLS`` records (function name, the duration it asked for).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import multiprocessing
+import pickle
+import sys
+
+IMPORTED_BEFORE = {name for name in ("torch", "transformers", "gradio") if name in sys.modules}
+CALLS: list[tuple[str, int]] = []
+_FORK = multiprocessing.get_context("fork")
+
+
+def GPU(task=None, *, duration=None, size=None):  # noqa: N802 (the real package's name)
+    if task is None:
+        return functools.partial(GPU, duration=duration, size=size)
+    if inspect.isgeneratorfunction(task):
+
+        @functools.wraps(task)
+        def generator_handler(*args, **kwargs):
+            _record(task, duration, args, kwargs)
+            yield from _in_worker(task, args, kwargs)
+
+        return generator_handler
+
+    @functools.wraps(task)
+    def handler(*args, **kwargs):
+        _record(task, duration, args, kwargs)
+        (result,) = list(_in_worker(task, args, kwargs))
+        return result
+
+    return handler
+
+
+def _record(task, duration, args, kwargs):
+    seconds = duration(*args, **kwargs) if callable(duration) else duration
+    CALLS.append((task.__name__, seconds))
+
+
+def _in_worker(task, args, kwargs):
+    receive, send = _FORK.Pipe(duplex=False)
+    worker = _FORK.Process(target=_work, args=(task, pickle.dumps((args, kwargs)), send), daemon=True)
+    worker.start()
+    send.close()
+    try:
+        while True:
+            kind, payload = receive.recv()
+            if kind == "end":
+                return
+            value = pickle.loads(payload)
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        worker.join(timeout=30)
+        if worker.is_alive():
+            worker.kill()
+
+
+def _work(task, payload, send):
+    args, kwargs = pickle.loads(payload)
+    try:
+        result = task(*args, **kwargs)
+        for value in result if inspect.isgenerator(result) else [result]:
+            send.send(("value", pickle.dumps(value)))
+        send.send(("end", None))
+    except BaseException as error:  # noqa: BLE001 (handed back, as spaces does)
+        send.send(("error", pickle.dumps(error)))

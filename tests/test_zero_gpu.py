@@ -1,0 +1,67 @@
+"""The ZeroGPU contract without a GPU: the app imported as a ZeroGPU Space imports it, every
+GPU handler called through a fake ``spaces`` whose decorator runs it in a forked worker with
+pickle in and out (tests/fake_spaces), and every handler's inputs and outputs pickled here."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import gradio as gr
+
+from specdemo import handlers
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_app_keeps_the_zero_gpu_contract():
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fake_spaces"), str(ROOT)]),
+        "SPACES_ZERO_GPU": "true",
+        "SPECDEMO_PRESET": "bundled-tinystories",
+        "SPECDEMO_ZERO_GPU_PRESETS": "bundled-tinystories",
+    }
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "zero_gpu_session.py")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    out = json.loads(lines[0][len("RESULT ") :])
+    assert out["imported_before_spaces"] == []  # `import spaces` comes first in app.py
+    assert out["zero_gpu"] and out["choices"] == ["bundled-tinystories"] and out["frozen"]
+    assert out["race_status"].startswith("✅ done") and out["race_tokens"] == 16
+    assert out["stopped_status"].startswith("⏹ stopped") and 0 < out["stopped_tokens"] < 400
+    assert out["stepper_steps"] > 1 and out["stepper_next"]
+    assert out["benchmark"] and "p-value" in out["lossless"] and out["compare_identical"]
+    assert "runs only the models it loaded at start" in out["not_preloaded"]
+    called = {name for name, _ in out["calls"]}
+    assert called == {"run", "stepper_start", "benchmark", "lossless", "compare_api"}
+    assert all(0 < seconds <= handlers.MAX_GPU_SECONDS for _, seconds in out["calls"])
+
+
+def test_every_gpu_handlers_inputs_and_outputs_pickle():
+    """What crosses a ZeroGPU call: the arguments Gradio passes (request and progress included)
+    and every value the handler returns or yields."""
+    story = handlers.asdict(handlers.Settings.from_preset("bundled-tinystories", max_new_tokens=8))
+    arguments = (gr.Request(), gr.Progress())
+    pickle.loads(pickle.dumps((arguments, story)))
+    outputs = [
+        *handlers.race(handlers.Settings(**story)),
+        handlers.stepper_start(handlers.Settings(**story)),
+        handlers.benchmark(handlers.Settings(**story), "2"),
+        handlers.lossless(handlers.Settings(**story), samples=10, k=1),
+        handlers.compare_api("once upon a time", 4, preset="bundled-tinystories"),
+        handlers.race(handlers.Settings(**(story | {"gamma": 0}))),  # errors are plain values too
+    ]
+    for value in outputs:
+        value = list(value) if hasattr(value, "__next__") else value
+        assert pickle.loads(pickle.dumps(value)) is not None

@@ -1,0 +1,49 @@
+"""Run by tests/test_zero_gpu.py in a fresh interpreter with the fake ``spaces`` first on the
+path and SPACES_ZERO_GPU=true: imports the app as a ZeroGPU Space does and calls every GPU
+handler through the fake decorator (a forked worker, pickle in and out). Prints one JSON line."""
+
+import json
+import threading
+import time
+
+import spaces  # the fake one (tests/fake_spaces)
+
+import app
+from specdemo import handlers
+from specdemo.handlers import RACE_OUTPUTS
+from specdemo.models import DEFAULT_CACHE, PRESETS
+
+preset = PRESETS[app.PRESET]
+story = dict(handlers.asdict(handlers.Settings.from_preset(app.PRESET)), max_new_tokens=16)
+out = {"imported_before_spaces": sorted(spaces.IMPORTED_BEFORE), "zero_gpu": app.ZERO_GPU}
+out["choices"] = app.CHOICES
+out["frozen"] = DEFAULT_CACHE.frozen and len(DEFAULT_CACHE.keys()) == 2
+
+race = list(app.run(None, **story))
+last = dict(zip(RACE_OUTPUTS, race[-1]))
+out["race_status"] = last["status"]
+out["race_tokens"] = len(last["trace"]["baseline"])
+
+# Stop reaches the race in its worker process: the flag is a file in the shared temp folder.
+updates = []
+runner = threading.Thread(target=lambda: updates.extend(app.run(None, **(story | {"max_new_tokens": 400}))))
+started = time.perf_counter()
+runner.start()
+time.sleep(1.5)
+handlers.request_stop(None)
+runner.join(timeout=120)
+out["stopped_status"] = dict(zip(RACE_OUTPUTS, updates[-1]))["status"]
+out["stopped_tokens"] = len(dict(zip(RACE_OUTPUTS, updates[-1]))["trace"]["baseline"])
+
+session, html, figure, slider = app.stepper_start(None, **story)
+out["stepper_steps"] = len(session["steps"])
+out["stepper_next"] = "Step 1" in handlers.stepper_next(session)[1]
+out["benchmark"] = "specdemo-speculative" in app.benchmark(None, gammas="2", **story)[1]
+out["lossless"] = app.lossless(None, samples=20, k=1, **story)[1]
+out["compare_identical"] = (lambda r: r["baseline"]["token_ids"] == r["speculative"]["token_ids"])(
+    app.compare_api("once upon a time", 8, 3, preset=app.PRESET)
+)
+other = story | {"target_id": "Qwen/Qwen2.5-7B-Instruct"}  # not loaded at start
+out["not_preloaded"] = dict(zip(RACE_OUTPUTS, list(app.run(None, **other))[-1]))["status"]
+out["calls"] = spaces.CALLS
+print("RESULT " + json.dumps(out))
