@@ -292,7 +292,8 @@ def build_demo() -> gr.Blocks:
         outputs |= dict(histogram_plot=histogram_plot, breakdown_plot=breakdown_plot, status=status, trace=last_trace)
         race_outputs = [outputs[name] for name in RACE_OUTPUTS]
         model_event = dict(concurrency_id="models", api_visibility="private", validator=validate)
-        run_btn.click(run, inputs_kwargs=settings, outputs=race_outputs, **model_event)
+        race_api = dict(api_visibility="public", api_name="race")  # the live race as a stream a client can cancel
+        run_btn.click(run, inputs_kwargs=settings, outputs=race_outputs, **(model_event | race_api))
         trace_file.upload(handlers.replay, trace_file, race_outputs, api_visibility="private")
         stop_btn.click(stop, None, status, queue=False)
         export_btn.click(export, last_trace, export_btn, api_visibility="private")

@@ -291,3 +291,65 @@ def test_bad_api_input_is_a_clear_error_and_the_next_call_works(client):
     with pytest.raises(Exception, match="between 1 and 32"):
         compare_call(client, gamma=99)
     assert len(compare_call(client, gamma=2)["speculative"]["token_ids"]) == 8
+
+
+def test_a_full_queue_refuses_clearly_and_the_server_carries_on(client):
+    """48 calls at once against a queue of 32 (SPECDEMO_MAX_QUEUE's default): each one either
+    succeeds, correct, or is refused with "Queue is full"; then the server answers normally."""
+    assert app_queue_size() == 32
+    with ThreadPoolExecutor(48) as pool:
+        jobs = [pool.submit(compare_call, client, f"{STORY} {i}", max_new_tokens=16) for i in range(48)]
+        served, refused = 0, 0
+        for job in jobs:
+            try:
+                result = job.result(timeout=600)
+                assert result["speculative"]["token_ids"] == result["baseline"]["token_ids"]
+                served += 1
+            except Exception as error:  # noqa: BLE001 (gradio_client's error types vary)
+                assert "Queue is full" in str(error), error
+                refused += 1
+    assert served + refused == 48 and served >= 32
+    assert len(compare_call(client)["baseline"]["token_ids"]) == 8
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("VmRSS")).split()[1]) * 1024
+
+
+def test_memory_stays_flat_over_120_sequential_calls(client):
+    for _ in range(10):  # warm up: allocator pools, caches
+        compare_call(client, max_new_tokens=4)
+    before = rss_bytes()
+    for i in range(120):
+        compare_call(client, f"{STORY} {i % 7}", max_new_tokens=4, seed=i)
+    assert rss_bytes() <= 1.15 * before, (before, rss_bytes())
+
+
+def test_a_client_that_cancels_mid_stream_frees_its_slot(client):
+    import time
+
+    job = client.submit(**(handlers.asdict(settings(max_new_tokens=400))), api_name="/race")
+    while not job.outputs():  # the race is streaming
+        time.sleep(0.05)
+    job.cancel()
+    start = time.perf_counter()
+    compare_call(client, max_new_tokens=4)  # waits for the one slot (concurrency 1)
+    assert time.perf_counter() - start < 1.5
+
+
+def test_a_model_that_fails_mid_call_leaves_the_server_serving(client, monkeypatch):
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB (simulated)")
+
+    monkeypatch.setattr(handlers, "compare", out_of_memory)
+    with pytest.raises(Exception, match="ran out of memory"):
+        compare_call(client)
+    monkeypatch.undo()
+    assert len(compare_call(client)["baseline"]["token_ids"]) == 8
+
+
+def app_queue_size() -> int:
+    import app
+
+    return app.demo._queue.max_size
