@@ -20,26 +20,29 @@ try:  # first of all: on a ZeroGPU Space, spaces must patch CUDA before torch is
 except ImportError:
     spaces = None
 
+import functools
 import logging
 import os
+from pathlib import Path
 
 import gradio as gr
 
-from specdemo import handlers
+from specdemo import handlers, models, texts
 from specdemo.handlers import DTYPE_CHOICES, MAX_NEW_TOKENS, METHOD_LABELS, RACE_OUTPUTS, Settings
-from specdemo.models import PRESETS, QUANTIZATIONS, default_preset_name, default_preset_notice, preload_presets
 from specdemo.render import legend_html
 
-ZERO_GPU = spaces is not None and os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
-PRESET = os.environ.get("SPECDEMO_PRESET") or ("qwen2.5-3b+0.5b" if ZERO_GPU else default_preset_name())
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+ZERO_GPU = spaces is not None and models.on_zero_gpu()
+PRESET = models.startup_preset()
 CONCURRENCY = int(os.environ.get("SPECDEMO_CONCURRENCY", "1"))
 MAX_QUEUE = int(os.environ.get("SPECDEMO_MAX_QUEUE", "32"))
 SESSION_TTL_S = 3600  # a browser session's records are dropped an hour after its last use
 if ZERO_GPU:  # a GPU call cannot keep what it loads: load the pairs now, serve only them (README)
     CHOICES = [n.strip() for n in os.environ.get("SPECDEMO_ZERO_GPU_PRESETS", PRESET).split(",") if n.strip()]
-    preload_presets(CHOICES)
+    models.preload_presets(CHOICES)
 else:
-    CHOICES = list(PRESETS)
+    CHOICES = list(models.PRESETS)
 
 
 def gpu(duration):
@@ -68,23 +71,21 @@ def lossless(progress=gr.Progress(), samples=300, k=2, check_temperature=1.0, **
     return handlers.lossless(Settings(**settings), samples, k, check_temperature, progress)
 
 
-@gpu(handlers.compare_seconds)
-def compare_api(
-    prompt: str,
-    max_new_tokens: int = 64,
-    gamma: int = 4,
-    temperature: float = 0.0,
-    seed: int = 0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    method: str = "draft",
-    preset: str = PRESET,
-) -> dict:
-    """Baseline vs speculative on one prompt; returns the JSON of `python -m specdemo generate --json`."""
-    try:
-        return handlers.compare_api(prompt, max_new_tokens, gamma, temperature, seed, top_k, top_p, method, preset)
-    except handlers.SpecDemoError as error:
-        raise gr.Error(str(error), print_exception=False) from None
+def api_errors(fn):
+    """A SpecDemoError becomes gr.Error: the API's caller sees its message (gr.Error also crosses a
+    ZeroGPU worker intact, where other exceptions become "ZeroGPU worker error")."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except handlers.SpecDemoError as error:
+            raise gr.Error(str(error), print_exception=False) from None
+
+    return call
+
+
+compare_api = gpu(handlers.compare_seconds)(api_errors(handlers.compare_api))
 
 
 def validate(**values):
@@ -110,33 +111,12 @@ def forget(request: gr.Request):
     handlers.forget_session(session_of(request))
 
 
-CSS = """
-.tokens { font-family: ui-monospace, monospace; font-size: 15px; }
-.tok { border-radius: 3px; }
-.pane { min-height: 180px; border: 1px solid #ddd; border-radius: 8px; padding: 10px; }
-.legend { margin: 4px 0 8px; font-size: 13px; }
-table.summary th, table.inspector th { text-align: left; padding-right: 12px; }
-table.summary td.value { font-weight: bold; padding-right: 12px; }
-table.inspector tr.accepted { background: #c8f7c5; }
-table.inspector tr.rejected { background: #f8c4c4; }
-"""
-
-TITLE = """# Speculative decoding, side by side
-A small **draft** proposes γ tokens; the **target** checks them all in **one** forward pass: same output as the
-target alone, only faster. Press **Run** and watch both write; hover a token for its p, q and test."""
-
-HOW_IT_WORKS = """Each draft token x is kept with probability min(1, p(x)/q(x)), where p and q are the target's and
-the draft's probabilities; at the first refusal the target draws a replacement from norm(max(0, p − q)), and if every
-draft is kept it adds a bonus token. The output follows the target's own distribution exactly (in greedy mode: the
-very same tokens, up to the rounding of half precision, which the app explains when it matters)."""
-
-
 def build_demo() -> gr.Blocks:
-    first = PRESETS[PRESET]
+    first = models.PRESETS[PRESET]
     with gr.Blocks(title="specdemo: speculative decoding", delete_cache=(3600, 3600)) as demo:
-        gr.Markdown(TITLE)
-        notice = default_preset_notice()
-        if notice and PRESET == default_preset_name():
+        gr.Markdown(texts.TITLE)
+        notice = models.default_preset_notice()
+        if notice and PRESET == models.default_preset_name():
             gr.Markdown(f"ℹ️ {notice}", elem_id="notice")
         last_trace = gr.State(None, time_to_live=SESSION_TTL_S)
         # The first screen is the race: prompt, pair and Run on top, the panes right under them.
@@ -159,7 +139,7 @@ def build_demo() -> gr.Blocks:
             )
         with gr.Row():
             with gr.Accordion("How it works", open=False):
-                gr.Markdown(HOW_IT_WORKS)
+                gr.Markdown(texts.HOW_IT_WORKS)
             with gr.Accordion("Sampling and γ schedule", open=False):
                 with gr.Row():
                     temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
@@ -176,7 +156,7 @@ def build_demo() -> gr.Blocks:
                 target_id = gr.Textbox(first.target, label="Target (hub id or local folder)")
                 draft_id = gr.Textbox(first.draft, label="Draft (hub id or local folder)")
                 quantization = gr.Radio(
-                    list(QUANTIZATIONS),
+                    list(models.QUANTIZATIONS),
                     value=first.target_options.quantization,
                     label="Target quantization (bitsandbytes, CUDA only)",
                 )
@@ -188,26 +168,10 @@ def build_demo() -> gr.Blocks:
                     minimum=0,
                     label="Draft vocabulary: score only the N most frequent tokens (0 = all)",
                 )
-        settings = dict(  # every run's inputs_kwargs: handlers.Settings has a field of each name
-            prompt=prompt,
-            target_id=target_id,
-            draft_id=draft_id,
-            quantization=quantization,
-            dtype=dtype,
-            method_label=method_label,
-            gamma=gamma,
-            schedule=schedule,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-            chat_template=chat_template,
-            tree_k=tree_k,
-            tree_depth=tree_depth,
-            tree_nodes=tree_nodes,
-            draft_vocab=draft_vocab,
-        )
+        # Each setting's component is named after its handlers.Settings field: every model handler
+        # gets them all by name (inputs_kwargs); a field without its component fails right here.
+        components = locals()
+        settings = {name: components[name] for name in handlers.SETTING_NAMES}
 
         with gr.Tabs():
             with gr.Tab("Race"):
@@ -234,10 +198,7 @@ def build_demo() -> gr.Blocks:
                         label="Replay a trace (no model needed)", file_types=[".json"], type="filepath"
                     )
             with gr.Tab("Step inspector"):
-                gr.Markdown(
-                    "Walk through speculative decoding one target forward at a time: what was drafted, "
-                    "the test each token went through, and at a rejection where the correction comes from."
-                )
+                gr.Markdown(texts.INSPECTOR)
                 with gr.Row():
                     step_start = gr.Button("Start step-by-step", variant="primary")
                     step_next = gr.Button("Next step")
@@ -255,11 +216,7 @@ def build_demo() -> gr.Blocks:
                 bench_plot = gr.Plot(label="speedup vs γ")
                 bench_table = gr.HTML("")
             with gr.Tab("Theory"):
-                gr.Markdown(
-                    "Expected tokens per target forward (1 − α^(γ+1)) / (1 − α) and speedup "
-                    "(1 − α^(γ+1)) / ((1 − α)(γc + 1)), with α the acceptance rate and c the draft's cost "
-                    "relative to the target. The × marks the last measured run."
-                )
+                gr.Markdown(texts.THEORY)
                 with gr.Row():
                     alpha = gr.Slider(0, 1, value=0.8, step=0.01, label="α (acceptance)")
                     theory_gamma = gr.Slider(1, 32, value=4, step=1, label="γ")
@@ -269,10 +226,7 @@ def build_demo() -> gr.Blocks:
                     theory_note = gr.Markdown("")
                 theory_plot = gr.Plot(label="theory")
             with gr.Tab("Losslessness check"):
-                gr.Markdown(
-                    "Sample the first k tokens many times with the target alone and with speculative "
-                    "decoding (this seed onwards), and compare the two distributions with a χ² test."
-                )
+                gr.Markdown(texts.CHECK)
                 with gr.Row():
                     check_samples = gr.Slider(50, 2000, value=300, step=50, label="samples per side")
                     check_k = gr.Slider(1, 4, value=2, step=1, label="first k tokens")
@@ -331,7 +285,7 @@ def launch(**kwargs):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("server_port", int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
-    return demo.launch(css=CSS, **kwargs)
+    return demo.launch(css_paths=[ASSETS / "app.css"], **kwargs)
 
 
 if __name__ == "__main__":

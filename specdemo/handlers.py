@@ -39,6 +39,7 @@ from .models import (
     encode_prompt,
     load_pair,
     lowercases,
+    startup_preset,
 )
 from .plots import (
     acceptance_figure,
@@ -417,7 +418,7 @@ def compare_api(
     top_k: int = 0,
     top_p: float = 1.0,
     method: str = "draft",
-    preset: str = "bundled-tinystories",
+    preset: str = startup_preset(),
 ) -> dict:
     """Baseline vs speculative on one prompt: the JSON of `python -m specdemo generate --json`.
     Raises SpecDemoError with a clear message (the API's caller sees it)."""

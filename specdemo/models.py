@@ -130,6 +130,16 @@ def default_preset_name() -> str:
     return "smollm2-135m" if smollm2_ready() else "bundled-tinystories"
 
 
+def on_zero_gpu() -> bool:
+    """A Hugging Face ZeroGPU Space (the spaces package sets this variable there)."""
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+
+
+def startup_preset() -> str:
+    """SPECDEMO_PRESET, else the bf16 Qwen pair on ZeroGPU, else ``default_preset_name()``."""
+    return os.environ.get("SPECDEMO_PRESET") or ("qwen2.5-3b+0.5b" if on_zero_gpu() else default_preset_name())
+
+
 def lowercases(target_id: str) -> bool:
     """Whether a preset says this target knows lower-case text only (the bundled TinyStories pair)."""
     return any(p.lowercase for p in PRESETS.values() if p.target == target_id)
