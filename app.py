@@ -117,7 +117,7 @@ def build_demo() -> gr.Blocks:
         gr.Markdown(texts.TITLE)
         notice = models.default_preset_notice()
         if notice and PRESET == models.default_preset_name():
-            gr.Markdown(f"ℹ️ {notice}", elem_id="notice")
+            gr.Markdown(f"ℹ {notice}", elem_id="notice")
         last_trace = gr.State(None, time_to_live=SESSION_TTL_S)
         # The first screen is the race: prompt, pair and Run on top, the panes right under them.
         with gr.Row(equal_height=True):
@@ -176,13 +176,13 @@ def build_demo() -> gr.Blocks:
         with gr.Tabs():
             with gr.Tab("Race"):
                 status = gr.Markdown("", elem_id="status")
+                gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified")))
                 with gr.Row():
                     with gr.Column():
                         gr.Markdown("### Baseline: the target alone")
                         base_pane = gr.HTML("", elem_id="baseline-pane", elem_classes="pane")
                     with gr.Column():
-                        gr.Markdown("### Speculative")
-                        gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified")))
+                        gr.Markdown("### Speculative: draft, then one target check")
                         spec_pane = gr.HTML("", elem_id="speculative-pane", elem_classes="pane")
                 summary = gr.HTML("", elem_id="summary")
                 with gr.Row():

@@ -3,7 +3,7 @@
 ``app.py`` lays the components out and wires each event to one function here; a function takes
 the component values and returns (or yields) the values to show, so the whole behaviour of the
 UI is tested without a browser (tests/test_app.py). Nothing escapes a handler as an exception
-(the UI would show an "Error" badge): each failure becomes one status line starting with ⚠️;
+(the UI would show an "Error" badge): each failure becomes one status line starting with ⚠;
 refused input is logged as one line, an unexpected error with its traceback.
 
 Everything a handler returns is plain data (strings, plotly figures, step records, dicts), so it
@@ -280,7 +280,7 @@ def status_only(text: str) -> tuple:
 
 def failure(message: str) -> tuple:
     """A run that could not start or failed: one status line, nothing on screen lost."""
-    return status_only(f"⚠️ {message}")
+    return status_only(f"⚠ {message}")
 
 
 def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
@@ -291,7 +291,7 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
     next step with everything shown; closing the generator (Gradio does when the browser goes
     away) stops it too."""
     clear_stop(session)
-    yield status_only("⏳ starting… (a pair's first run loads it)")
+    yield status_only("● starting… (a pair's first run loads it)")
     try:
         prep = prepare(s)
     except Exception as error:
@@ -308,7 +308,7 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
                 live.cancel()
             state = live.snapshot()
             tokens = len(state.tokens("baseline")), len(state.tokens("speculative"))
-            status = f"⏳ running… {tokens[0]} + {tokens[1]} tokens"
+            status = f"● running… {tokens[0]} + {tokens[1]} tokens"
             if time.perf_counter() - last_figures >= PLOTS_EVERY_S:
                 last_figures = time.perf_counter()
                 # the trace too, so a stopped run can still be inspected and exported
@@ -322,7 +322,7 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
         state = live.snapshot()
         trace = traces.to_trace(state, settings, decode, device)
         if live.cancelled:
-            end = f"⏹ stopped: {len(state.tokens('baseline'))} + {len(state.tokens('speculative'))} tokens"
+            end = f"■ stopped: {len(state.tokens('baseline'))} + {len(state.tokens('speculative'))} tokens"
         else:
             end = done_status(state, live.wall_s, prep.note)
         yield render(state, decode, prep.prompt, "all", end, trace)
@@ -332,12 +332,12 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
 
 
 def done_status(state: RaceState, wall_s: float, note: str = "") -> str:
-    """✅ with the race's wall time and its compute time (both sides' own clocks, added up)."""
+    """✓ with the race's wall time and its compute time (both sides' own clocks, added up)."""
     text = (
-        f"✅ done: {len(state.tokens('baseline'))} + {len(state.tokens('speculative'))} tokens, "
+        f"✓ done: {len(state.tokens('baseline'))} + {len(state.tokens('speculative'))} tokens, "
         f"compute {state.compute_s:.1f} s, wall {wall_s:.1f} s"
     )
-    return text + (f" · ℹ️ {note}" if note else "")
+    return text + (f" · ℹ {note}" if note else "")
 
 
 def replay(path: str) -> Iterator[tuple]:
@@ -363,9 +363,9 @@ def replay(path: str) -> Iterator[tuple]:
         time.sleep(max(0.0, min(t, 30.0) - (time.perf_counter() - start)))  # the recorded clock
         if time.perf_counter() - last >= PANES_EVERY_S:
             last = time.perf_counter()
-            yield render(shown, decode, prompt, "none", "⏯ replaying a trace…")
+            yield render(shown, decode, prompt, "none", "▶ replaying a trace…")
     trace = traces.to_trace(state, settings, decode)
-    yield render(state, decode, prompt, "all", "✅ replayed from the trace (no model ran)", trace)
+    yield render(state, decode, prompt, "all", "✓ replayed from the trace (no model ran)", trace)
 
 
 # Per browser session: the exported trace and the stop flag, removed when the session ends.
@@ -392,7 +392,7 @@ def request_stop(session: str | None) -> str:
     """The Stop button. The flag is a file, so it reaches the race wherever it runs (on ZeroGPU,
     in a forked GPU worker); the race sees it within one update and ends showing what it has."""
     open(session_file(session, "stop"), "w").close()
-    return "⏹ stopping…"
+    return "■ stopping…"
 
 
 def stop_requested(session: str | None) -> bool:
@@ -482,7 +482,7 @@ def stepper_start(s: Settings) -> tuple:
         texts = {t: prep.pair.tokenizer.decode([t]) for t in traces.used_ids(steps)}
         return stepper_show({"steps": steps, "texts": texts, "greedy": prep.config.sampling.greedy, "shown": 0})
     except Exception as error:
-        return None, f"<p>⚠️ {friendly(error)}</p>", None, KEEP
+        return None, f"<p>⚠ {friendly(error)}</p>", None, KEEP
 
 
 def stepper_show(session: dict) -> tuple:
@@ -543,7 +543,7 @@ def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_t
         )
         return gamma_sweep_figure(result["rows"]), f"<pre>{format_table(result)}</pre>"
     except Exception as error:
-        return None, f"<p>⚠️ {friendly(error)}</p>"
+        return None, f"<p>⚠ {friendly(error)}</p>"
 
 
 def measured_point(trace: dict | None) -> dict | None:
@@ -572,7 +572,7 @@ def theory_from_last(trace: dict | None) -> tuple:
     """(α, γ, c, note) of the last run for the theory sliders."""
     point = measured_point(trace)
     if not point:
-        return KEEP, KEEP, KEEP, "⚠️ run a speculative method on the Race tab once first"
+        return KEEP, KEEP, KEEP, "⚠ run a speculative method on the Race tab once first"
     return round(point["alpha"], 3), point["gamma"], round(min(point["c"], 1.0), 3), "the × is the last run"
 
 
@@ -591,7 +591,7 @@ def lossless(s: Settings, samples: int = 300, k: int = 2, temperature: float = 1
         figure = lossless_figure(check, decoder(prep.pair.tokenizer))
         return figure, f"χ² p-value **{check.p_value:.3f}**: {verdict}."
     except Exception as error:
-        return None, f"⚠️ {friendly(error)}"
+        return None, f"⚠ {friendly(error)}"
 
 
 def preset_fields(name: str) -> tuple:

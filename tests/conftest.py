@@ -15,6 +15,13 @@ torch.set_num_threads(2)
 os.environ.setdefault("SPECDEMO_PRESET", "bundled-tinystories")
 
 
+@pytest.fixture(autouse=True)
+def two_threads():
+    """The app picks its own thread count (configure_cpu_threads); give every test the same two."""
+    yield
+    torch.set_num_threads(2)
+
+
 def perturbed(model, scale: float, seed: int):
     """A draft that agrees with the target often but not always: the target, plus noise."""
     draft = copy.deepcopy(model)

@@ -40,7 +40,7 @@ def last_race_output(**changes) -> dict:
 
 def test_run_streams_both_panes_and_finishes():
     out = last_race_output()
-    assert out["status"].startswith("✅ done: 24 + 24 tokens")
+    assert out["status"].startswith("✓ done: 24 + 24 tokens")
     assert "tok-target" in out["baseline_pane"] and "tok-accepted" in out["speculative_pane"]
     assert "identical to baseline" in out["summary"] and "✓" in out["summary"]
     figures = [out[name] for name in RACE_OUTPUTS if name.endswith("_plot")]
@@ -60,20 +60,20 @@ def test_the_race_is_shown_while_it_runs_without_slowing_it(monkeypatch):
     updates = list(handlers.race(settings(max_new_tokens=200, prompt=STORY + " dog")))
     assert len(updates) >= 3
     running = [dict(zip(RACE_OUTPUTS, u)) for u in updates[1:-1]]
-    assert all(u["status"].startswith("⏳ running") for u in running)
+    assert all(u["status"].startswith("● running") for u in running)
     assert any(isinstance(u["trace"], dict) for u in running)
 
 
 def test_stop_ends_the_race_showing_what_it_has():
     race = handlers.race(settings(max_new_tokens=400), session="s-stop")
     next(race), next(race)  # starting, then running
-    assert handlers.request_stop("s-stop") == "⏹ stopping…"
+    assert handlers.request_stop("s-stop") == "■ stopping…"
     last = dict(zip(RACE_OUTPUTS, list(race)[-1]))
-    assert last["status"].startswith("⏹ stopped")
+    assert last["status"].startswith("■ stopped")
     assert 0 < len(last["trace"]["baseline"]) < 400  # the stopped run can be inspected and exported
     assert not handlers.stop_requested("s-stop")  # the next run starts afresh
     assert dict(zip(RACE_OUTPUTS, list(handlers.race(settings(max_new_tokens=4), "s-stop"))[-1]))["status"].startswith(
-        "✅ done"
+        "✓ done"
     )
 
 
@@ -89,7 +89,7 @@ def test_closing_the_race_stops_it_at_its_next_step():
 
 def test_tree_method_runs_in_the_app():
     out = last_race_output(method_label="token tree")
-    assert out["status"].startswith("✅ done") and "✓" in out["summary"]
+    assert out["status"].startswith("✓ done") and "✓" in out["summary"]
     assert any(step["tree_parents"] for step in out["trace"]["contender"])
     sampled = last_race_output(method_label="token tree", temperature=1.0, seed=1)["speculative_pane"]
     assert "kept with probability p′(x)" in sampled and "min(1, p/q)" not in sampled  # the tree's own rule
@@ -98,7 +98,7 @@ def test_tree_method_runs_in_the_app():
 def test_naive_method_is_labelled_not_lossless():
     naive = next(k for k in handlers.METHOD_LABELS if "naive" in k)
     out = last_race_output(method_label=naive)
-    assert out["status"].startswith("✅ done") and "NOT lossless" in out["summary"]
+    assert out["status"].startswith("✓ done") and "NOT lossless" in out["summary"]
 
 
 def test_the_bundled_pair_lower_cases_the_prompt_and_says_so():
@@ -121,7 +121,7 @@ def test_bad_input_is_refused_before_loading_next_to_its_field(changes, field, m
     at_fault, text = handlers.find_problem(settings(**changes))
     assert at_fault == field and message in text
     status = list(handlers.race(settings(**changes)))[-1][RACE_OUTPUTS.index("status")]
-    assert status.startswith("⚠️") and message in status
+    assert status.startswith("⚠") and message in status
 
 
 @pytest.mark.parametrize(
@@ -134,9 +134,9 @@ def test_bad_input_is_refused_before_loading_next_to_its_field(changes, field, m
 def test_load_errors_are_one_status_line_and_nothing_is_lost(changes, message, caplog):
     caplog.set_level(logging.INFO, logger="specdemo.app")
     outputs = list(handlers.race(settings(**changes)))
-    assert len(outputs) == 2 and outputs[0] == handlers.status_only("⏳ starting… (a pair's first run loads it)")
+    assert len(outputs) == 2 and outputs[0] == handlers.status_only("● starting… (a pair's first run loads it)")
     out = dict(zip(RACE_OUTPUTS, outputs[1]))
-    assert out["status"].startswith("⚠️") and message in out["status"] and "Traceback" not in out["status"]
+    assert out["status"].startswith("⚠") and message in out["status"] and "Traceback" not in out["status"]
     assert all(out[name] == handlers.KEEP for name in RACE_OUTPUTS if name != "status")  # panes stay as they were
     refused = [r for r in caplog.records if r.name == "specdemo.app"]
     assert refused and all(r.exc_info is None for r in refused)  # one line, no traceback
@@ -152,10 +152,10 @@ def test_an_unexpected_error_inside_the_model_is_a_status_line(monkeypatch, capl
 
     monkeypatch.setattr(specdemo.live, "run_race", explode)
     status = list(handlers.race(settings()))[-1][RACE_OUTPUTS.index("status")]
-    assert status.startswith("⚠️ the device ran out of memory")
+    assert status.startswith("⚠ the device ran out of memory")
     monkeypatch.setattr(specdemo.live, "run_race", lambda *a, **k: iter([1 / 0]))
     status = list(handlers.race(settings()))[-1][RACE_OUTPUTS.index("status")]
-    assert status.startswith("⚠️ unexpected error (ZeroDivisionError)")
+    assert status.startswith("⚠ unexpected error (ZeroDivisionError)")
     assert any(r.exc_info for r in caplog.records if r.name == "specdemo.app")  # the log has the traceback
 
 
@@ -203,7 +203,7 @@ def test_step_inspector_walks_one_step_at_a_time():
 
 def test_step_inspector_handles_a_one_step_run_and_a_stopped_one():
     session, html, _, slider = handlers.stepper_start(settings(max_new_tokens=1))
-    assert len(session["steps"]) == 1 and "Finished" in html and "⚠️" not in html
+    assert len(session["steps"]) == 1 and "Finished" in html and "⚠" not in html
     assert slider["maximum"] > slider["minimum"]
     assert handlers.stepper_next(session)[1] == html  # stays on the last step
     stopped = last_race_output(max_new_tokens=1)["trace"] | {"contender": []}
@@ -216,7 +216,7 @@ def test_theory_uses_the_last_run():
     assert 0 < alpha <= 1 and gamma == 4 and 0 < cost < 1
     figure = handlers.theory(alpha, gamma, cost, trace)
     assert any(trace_.name == "last run" for trace_ in figure.data)
-    assert handlers.theory_from_last(None)[-1].startswith("⚠️")
+    assert handlers.theory_from_last(None)[-1].startswith("⚠")
 
 
 def test_losslessness_check_in_the_app():
@@ -243,7 +243,7 @@ def test_losslessness_check_flags_a_wrong_sampler(monkeypatch):
 def test_benchmark_tab():
     figure, table = handlers.benchmark(settings(max_new_tokens=12), gammas="1,3", repeats=1)
     assert "specdemo-speculative" in table and figure is not None
-    assert "⚠️" in handlers.benchmark(settings(), gammas="x")[1]
+    assert "⚠" in handlers.benchmark(settings(), gammas="x")[1]
 
 
 def test_gpu_durations_follow_the_work_and_stay_within_a_free_quota():

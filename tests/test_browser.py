@@ -94,13 +94,13 @@ def wait_status(page, text: str, timeout=300_000):
 
 
 def run_race(page, max_new_tokens: int, timeout=300_000) -> tuple[float, float]:
-    """Click Run, wait for ✅ done; → (wall seconds from the click, compute seconds it reports)."""
+    """Click Run, wait for ✓ done; → (wall seconds from the click, compute seconds it reports)."""
     set_number(page, "Max new tokens", max_new_tokens)
     start = time.perf_counter()
     page.locator("#run-btn").click()
-    wait_status(page, "⏳", timeout)  # starting, then running
-    page.wait_for_function(f"() => /✅|⚠️/.test({STATUS_TEXT})", timeout=timeout)
-    assert "✅ done" in status(page)
+    wait_status(page, "●", timeout)  # starting, then running
+    page.wait_for_function(f"() => /✓|⚠/.test({STATUS_TEXT})", timeout=timeout)
+    assert "✓ done" in status(page)
     wall = time.perf_counter() - start
     compute = float(re.search(r"compute ([\d.]+) s", status(page)).group(1))
     return wall, compute
@@ -154,7 +154,7 @@ def test_stop_ends_a_run_and_the_next_run_works(page):
     page.locator("#run-btn").click()
     wait_status(page, "running")
     page.locator("#stop-btn").dispatch_event("click")  # the page re-renders often: no pointer checks
-    wait_status(page, "⏹ stopped", 30_000)
+    wait_status(page, "■ stopped", 30_000)
     assert page.locator("#baseline-pane .tok").count() < 400
     run_race(page, 8)
     assert page.locator("#speculative-pane .tok").count() > 0

@@ -125,6 +125,6 @@ def test_app_runs_the_seed_prompt_on_smollm2():
 
     settings = Settings.from_preset("smollm2-135m", prompt=SEED_PROMPT, max_new_tokens=24)
     base_html, spec_html, summary, *_, status, trace = list(race(settings))[-1]
-    assert status.startswith("✅ done")
+    assert status.startswith("✓ done")
     assert "tok-accepted" in spec_html and ("tok-correction" in spec_html or "tok-bonus" in spec_html)
     assert "identical to baseline (float32)" in summary and "✓" in summary

@@ -38,8 +38,8 @@ def test_the_app_keeps_the_zero_gpu_contract():
     out = json.loads(lines[0][len("RESULT ") :])
     assert out["imported_before_spaces"] == []  # `import spaces` comes first in app.py
     assert out["zero_gpu"] and out["choices"] == ["bundled-tinystories"] and out["frozen"]
-    assert out["race_status"].startswith("✅ done") and out["race_tokens"] == 16
-    assert out["stopped_status"].startswith("⏹ stopped") and 0 < out["stopped_tokens"] < 400
+    assert out["race_status"].startswith("✓ done") and out["race_tokens"] == 16
+    assert out["stopped_status"].startswith("■ stopped") and 0 < out["stopped_tokens"] < 400
     assert out["stepper_steps"] > 1 and out["stepper_next"]
     assert out["benchmark"] and "p-value" in out["lossless"] and out["compare_identical"]
     assert "runs only the models it loaded at start" in out["not_preloaded"]
