@@ -7,7 +7,7 @@ import logging
 import os
 import pickle
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -329,7 +329,7 @@ def test_memory_stays_flat_over_120_sequential_calls(client):
 def test_a_client_that_cancels_mid_stream_frees_its_slot(client):
     import time
 
-    job = client.submit(**(handlers.asdict(settings(max_new_tokens=400))), api_name="/race")
+    job = client.submit(**(asdict(settings(max_new_tokens=400))), api_name="/race")
     while not job.outputs():  # the race is streaming
         time.sleep(0.05)
     job.cancel()

@@ -9,6 +9,7 @@ import os
 import pickle
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import gradio as gr
@@ -51,7 +52,7 @@ def test_the_app_keeps_the_zero_gpu_contract():
 def test_every_gpu_handlers_inputs_and_outputs_pickle():
     """What crosses a ZeroGPU call: the arguments Gradio passes (request and progress included)
     and every value the handler returns or yields."""
-    story = handlers.asdict(handlers.Settings.from_preset("bundled-tinystories", max_new_tokens=8))
+    story = asdict(handlers.Settings.from_preset("bundled-tinystories", max_new_tokens=8))
     arguments = (gr.Request(), gr.Progress())
     pickle.loads(pickle.dumps((arguments, story)))
     outputs = [

@@ -5,6 +5,7 @@ handler through the fake decorator (a forked worker, pickle in and out). Prints 
 import json
 import threading
 import time
+from dataclasses import asdict
 
 import spaces  # the fake one (tests/fake_spaces)
 
@@ -14,7 +15,7 @@ from specdemo.handlers import RACE_OUTPUTS
 from specdemo.models import DEFAULT_CACHE, PRESETS
 
 preset = PRESETS[app.PRESET]
-story = dict(handlers.asdict(handlers.Settings.from_preset(app.PRESET)), max_new_tokens=16)
+story = dict(asdict(handlers.Settings.from_preset(app.PRESET)), max_new_tokens=16)
 out = {"imported_before_spaces": sorted(spaces.IMPORTED_BEFORE), "zero_gpu": app.ZERO_GPU}
 out["choices"] = app.CHOICES
 out["frozen"] = DEFAULT_CACHE.frozen and len(DEFAULT_CACHE.keys()) == 2
