@@ -87,6 +87,8 @@ def chi2_pvalue_for(target, prompt, samples, sampling) -> float:
 
 
 TARGET = small_llama(0, 0.4)
+
+
 def _noisy_target():
     draft = small_llama(0, 0.4)
     with torch.no_grad():
