@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
+from html import escape
 
 from . import trace as traces
 from .bench import ENGINES, format_table, run_bench
@@ -541,7 +542,8 @@ def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_t
         result = run_bench(
             prep.pair, [prep.ids], gamma_list, int(s.max_new_tokens), int(repeats), progress=True, engines=engines
         )
-        return gamma_sweep_figure(result["rows"]), f"<pre>{format_table(result)}</pre>"
+        table = escape(format_table(result))
+        return gamma_sweep_figure(result["rows"]), f"<pre style='overflow-x:auto'>{table}</pre>"
     except Exception as error:
         return None, f"<p>⚠ {friendly(error)}</p>"
 

@@ -320,7 +320,7 @@ def lossless_figure(check, decode, top: int = 20) -> go.Figure:
     fig.update_layout(barmode="group")
     return _layout(
         fig,
-        f"First {check.k} tokens, {check.samples} samples each: χ² p = {check.p_value:.3f}",
+        f"First {check.k} token{'s' if check.k > 1 else ''}, {check.samples} samples each: χ² p = {check.p_value:.3f}",
         "sequence",
         "frequency",
         height=360,

@@ -231,8 +231,11 @@ def step_table_html(step, decode, greedy: bool) -> str:
         )
     last = step.emitted[-1] if step.emitted else None
     if step.correction is not None:
-        how = "its argmax" if greedy else ("a draw from p′" if step.tree_parents else "a draw from norm(max(0, p − q))")
-        tail = f"correction <code>{html.escape(repr(decode(step.correction)))}</code>: the target's {how}"
+        if greedy:
+            how = "the target's argmax"
+        else:
+            how = "the target's draw from " + ("p′" if step.tree_parents else "norm(max(0, p − q))")
+        tail = f"correction <code>{html.escape(repr(decode(step.correction)))}</code>: {how}"
     elif step.bonus is not None and step.drafted:
         tail = f"bonus <code>{html.escape(repr(decode(step.bonus)))}</code>: every draft kept, one more from p"
     elif last is not None:

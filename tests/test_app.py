@@ -197,7 +197,7 @@ def test_step_inspector_walks_one_step_at_a_time():
         session, html, figure, slider = handlers.stepper_next(session)
         if session["steps"][session["shown"]].correction is not None:
             break
-    assert "correction" in html and "draw from norm(max(0, p − q))" in html
+    assert "correction" in html and "the target's draw from norm(max(0, p − q))" in html
     assert figure is not None  # the residual, p and q bars at the rejection
 
 
