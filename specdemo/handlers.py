@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from html import escape
 
+from . import model_thread
 from . import trace as traces
 from .bench import ENGINES, format_table, run_bench
 from .compare import compare, comparison_record
@@ -210,14 +211,13 @@ def prepare(s: Settings) -> Prepared:
     if needs_draft and not draft_id:
         raise InputError("this method needs a draft model: type one under Advanced, or use prompt lookup")
     options = LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")
-    pair = load_pair(
-        target_id,
-        draft_id if needs_draft else None,
-        options,
-        LoadOptions(dtype=options.dtype),
-        draft_vocab=whole(s.draft_vocab or 0, "draft_vocab"),
+    draft_vocab = whole(s.draft_vocab or 0, "draft_vocab")
+    draft_id = draft_id if needs_draft else None
+    # all model work runs on the one model thread (model_thread.py says why)
+    pair = model_thread.call(
+        load_pair, target_id, draft_id, options, LoadOptions(dtype=options.dtype), draft_vocab=draft_vocab
     )
-    configure_cpu_threads(pair)
+    model_thread.call(configure_cpu_threads, pair)
     prompt, note = s.prompt, ""
     if lowercases(target_id) and prompt != prompt.lower():
         prompt, note = prompt.lower(), "this pair knows lower-case stories only, so the prompt was lower-cased"
@@ -441,7 +441,7 @@ def compare_api(
             max_new_tokens=max_new_tokens,
         )
         prep = prepare(s)
-        base, spec = compare(prep.pair, prep.ids, prep.config)
+        base, spec = model_thread.call(compare, prep.pair, prep.ids, prep.config)
         return comparison_record(prep.pair.tokenizer, prep.ids, base, spec, dtype_name(prep.pair.target))
     except SpecDemoError:
         raise
@@ -479,7 +479,11 @@ def stepper_start(s: Settings) -> tuple:
         if s.method == "naive":
             raise InputError("the step inspector follows speculative decoding: pick draft model, prompt lookup or tree")
         prep = prepare(s)
-        steps = run_all(decode_steps(prep.pair.target, prep.pair.draft, prep.ids, prep.config, prep.pair.eos)).steps
+        pair = prep.pair
+        steps = model_thread.call(
+            lambda: run_all(decode_steps(pair.target, pair.draft, prep.ids, prep.config, pair.eos))
+        )
+        steps = steps.steps
         texts = {t: prep.pair.tokenizer.decode([t]) for t in traces.used_ids(steps)}
         return stepper_show({"steps": steps, "texts": texts, "greedy": prep.config.sampling.greedy, "shown": 0})
     except Exception as error:
@@ -539,8 +543,15 @@ def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_t
         s.method_label = "draft model"
         prep = prepare(s)
         engines = ENGINES if with_transformers else ("specdemo-baseline", "specdemo-speculative", "specdemo-tree")
-        result = run_bench(
-            prep.pair, [prep.ids], gamma_list, int(s.max_new_tokens), int(repeats), progress=True, engines=engines
+        result = model_thread.call(
+            run_bench,
+            prep.pair,
+            [prep.ids],
+            gamma_list,
+            int(s.max_new_tokens),
+            int(repeats),
+            progress=True,
+            engines=engines,
         )
         table = escape(format_table(result))
         return gamma_sweep_figure(result["rows"]), f"<pre style='overflow-x:auto'>{table}</pre>"
@@ -586,7 +597,9 @@ def lossless(s: Settings, samples: int = 300, k: int = 2, temperature: float = 1
         s.temperature = temperature
         prep = prepare(s)
         report = (lambda done, total: progress(done / total, desc="sampling")) if progress else None
-        check = check_lossless(prep.pair, prep.ids, prep.config, int(samples), int(k), progress=report)
+        check = model_thread.call(
+            check_lossless, prep.pair, prep.ids, prep.config, int(samples), int(k), progress=report
+        )
         verdict = (
             "no evidence of a difference" if check.p_value > 0.01 else "the distributions differ: that would be a bug"
         )

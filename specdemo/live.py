@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from . import model_thread
 from .divergence import dtype_name, explain, first_difference
 from .engine import DecodeConfig, Step, baseline_steps, decode_steps, naive_handoff_steps, race
 from .metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
@@ -96,7 +97,7 @@ def run_race(
 
 
 class LiveRace:
-    """The race on a thread of its own (the producer), so that whoever shows it (the consumer)
+    """The race on the model thread (the producer), so that whoever shows it (the consumer)
     renders the latest state at its own pace and never slows the models down.
 
         race = LiveRace(pair, ids, config, "draft")
@@ -110,12 +111,9 @@ class LiveRace:
         self._done = threading.Event()
         self._state = RaceState(method, config.sampling.greedy, dtype=dtype_name(pair.target))
         self.error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(pair, prompt_ids, config, method), name="specdemo-race", daemon=True
-        )
         self.started = time.perf_counter()
         self.finished: float | None = None
-        self._thread.start()
+        self._future = model_thread.submit(self._run, pair, prompt_ids, config, method)
 
     def _run(self, pair, prompt_ids, config, method) -> None:
         try:
@@ -150,4 +148,4 @@ class LiveRace:
 
     def close(self) -> None:
         self.cancel()
-        self._thread.join(timeout=30)
+        self._done.wait(timeout=30)

@@ -3,8 +3,6 @@ path and SPACES_ZERO_GPU=true: imports the app as a ZeroGPU Space does and calls
 handler through the fake decorator (a forked worker, pickle in and out). Prints one JSON line."""
 
 import json
-import threading
-import time
 from dataclasses import asdict
 
 import spaces  # the fake one (tests/fake_spaces)
@@ -26,13 +24,10 @@ out["race_status"] = last["status"]
 out["race_tokens"] = len(last["trace"]["baseline"])
 
 # Stop reaches the race in its worker process: the flag is a file in the shared temp folder.
-updates = []
-runner = threading.Thread(target=lambda: updates.extend(app.run(None, **(story | {"max_new_tokens": 400}))))
-started = time.perf_counter()
-runner.start()
-time.sleep(1.5)
+long_race = app.run(None, **(story | {"max_new_tokens": 400}))
+updates = [next(long_race), next(long_race)]  # starting, then running
 handlers.request_stop(None)
-runner.join(timeout=120)
+updates += list(long_race)
 out["stopped_status"] = dict(zip(RACE_OUTPUTS, updates[-1]))["status"]
 out["stopped_tokens"] = len(dict(zip(RACE_OUTPUTS, updates[-1]))["trace"]["baseline"])
 
