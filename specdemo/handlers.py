@@ -38,6 +38,7 @@ from .models import (
     LoadOptions,
     check_prompt,
     configure_cpu_threads,
+    draft_options_for,
     encode_prompt,
     load_pair,
     lowercases,
@@ -215,7 +216,7 @@ def prepare(s: Settings) -> Prepared:
     draft_id = draft_id if needs_draft else None
     # all model work runs on the one model thread (model_thread.py says why)
     pair = model_thread.call(
-        load_pair, target_id, draft_id, options, LoadOptions(dtype=options.dtype), draft_vocab=draft_vocab
+        load_pair, target_id, draft_id, options, draft_options_for(options), draft_vocab=draft_vocab
     )
     model_thread.call(configure_cpu_threads, pair)
     prompt, note = s.prompt, ""
@@ -252,12 +253,11 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
     reference = state.tokens("baseline")
     label = "naive (not lossless)" if state.method == "naive" else "speculative"
     mark = state.first_difference() if state.greedy and state.lossless else None
-    live = (
-        (race_figure(state.baseline, state.contender, label), speedup_figure(state.baseline, state.contender))
-        + (acceptance_figure(state.contender),)
-        if figures in ("all", "live")
-        else (KEEP,) * 3
-    )
+    if figures in ("all", "live"):
+        base, spec = state.baseline, state.contender
+        live = (race_figure(base, spec, label), speedup_figure(base, spec), acceptance_figure(spec))
+    else:
+        live = (KEEP,) * 3
     rest = (
         (accepted_length_figure(state.contender), time_breakdown_figure(state.contender))
         if figures == "all"
@@ -287,7 +287,7 @@ def failure(message: str) -> tuple:
 def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
     """The Run button: both panes, the summary and the figures as the race goes on.
 
-    The race runs on its own thread (``LiveRace``); this generator shows its latest state at a
+    The race runs on the model thread (``LiveRace``); this generator shows its latest state at a
     fixed rate, so rendering never slows the models down. Stop (``request_stop``) ends it at its
     next step with everything shown; closing the generator (Gradio does when the browser goes
     away) stops it too."""
@@ -308,8 +308,7 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
             if stop_requested(session):
                 live.cancel()
             state = live.snapshot()
-            tokens = len(state.tokens("baseline")), len(state.tokens("speculative"))
-            status = f"● running… {tokens[0]} + {tokens[1]} tokens"
+            status = f"● running… {token_counts(state)}"
             if time.perf_counter() - last_figures >= PLOTS_EVERY_S:
                 last_figures = time.perf_counter()
                 # the trace too, so a stopped run can still be inspected and exported
@@ -323,7 +322,7 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
         state = live.snapshot()
         trace = traces.to_trace(state, settings, decode, device)
         if live.cancelled:
-            end = f"■ stopped: {len(state.tokens('baseline'))} + {len(state.tokens('speculative'))} tokens"
+            end = f"■ stopped: {token_counts(state)}"
         else:
             end = done_status(state, live.wall_s, prep.note)
         yield render(state, decode, prep.prompt, "all", end, trace)
@@ -332,12 +331,14 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
         clear_stop(session)
 
 
+def token_counts(state: RaceState) -> str:
+    """ "B + S tokens": what the baseline and the speculative side have written so far."""
+    return f"{len(state.tokens('baseline'))} + {len(state.tokens('speculative'))} tokens"
+
+
 def done_status(state: RaceState, wall_s: float, note: str = "") -> str:
     """✓ with the race's wall time and its compute time (both sides' own clocks, added up)."""
-    text = (
-        f"✓ done: {len(state.tokens('baseline'))} + {len(state.tokens('speculative'))} tokens, "
-        f"compute {state.compute_s:.1f} s, wall {wall_s:.1f} s"
-    )
+    text = f"✓ done: {token_counts(state)}, compute {state.compute_s:.1f} s, wall {wall_s:.1f} s"
     return text + (f" · ℹ {note}" if note else "")
 
 

@@ -384,6 +384,12 @@ def load_pair(
     return Pair(target.model, draft, target.tokenizer, target_id, draft_id, eos)
 
 
+def draft_options_for(target_options: LoadOptions) -> LoadOptions:
+    """The app loads a draft in its target's dtype, unquantized: one rule, so that the preloaded
+    models of a ZeroGPU Space sit under the very keys a request looks up."""
+    return LoadOptions(dtype=target_options.dtype)
+
+
 def preload_presets(names: list[str], cache: ModelCache | None = None) -> None:
     """Load these presets' pairs now (on CUDA when there is one) and serve only them afterwards:
     what a ZeroGPU Space does at import, because a GPU call cannot keep what it loads."""
@@ -392,7 +398,7 @@ def preload_presets(names: list[str], cache: ModelCache | None = None) -> None:
     for name in names:
         p = PRESETS[name]
         cache.preload(p.target, p.target_options, device)
-        cache.preload(p.draft, LoadOptions(dtype=p.target_options.dtype), device)
+        cache.preload(p.draft, draft_options_for(p.target_options), device)
     cache.frozen = True
 
 
