@@ -1,6 +1,6 @@
 """specdemo: speculative decoding, side by side with the target alone, live.
 
-Layout and wiring only: what each button does lives in ``specdemo/handlers.py`` (plain
+Layout and wiring only: what each button does lives in ``specdemo/app/`` (one module per tab or concern) (plain
 functions of plain values); every number, token colour and figure comes from the engine's step
 records. Configuration comes from environment variables:
 
@@ -27,9 +27,20 @@ from pathlib import Path
 
 import gradio as gr
 
-from specdemo import handlers, models, texts
-from specdemo.handlers import DTYPE_CHOICES, MAX_NEW_TOKENS, METHOD_LABELS, RACE_OUTPUTS, Settings
-from specdemo.render import legend_html
+from specdemo import errors, models
+from specdemo.app import api, durations, inspector, race, sessions, tabs, texts
+from specdemo.app.race import RACE_OUTPUTS
+from specdemo.app.settings import (
+    DTYPE_CHOICES,
+    KEEP,
+    MAX_NEW_TOKENS,
+    METHOD_LABELS,
+    SETTING_NAMES,
+    Settings,
+    find_problem,
+    preset_fields,
+)
+from specdemo.view.render import legend_html
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 
@@ -51,24 +62,24 @@ def gpu(duration):
 
 
 # Every handler that touches a model runs under @gpu; the rest is plain data.
-@gpu(handlers.race_seconds)
+@gpu(durations.race_seconds)
 def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), **settings):
-    yield from handlers.race(Settings(**settings), session_of(request))
+    yield from race.race(Settings(**settings), session_of(request))
 
 
-@gpu(handlers.stepper_seconds)
+@gpu(durations.stepper_seconds)
 def stepper_start(progress=gr.Progress(track_tqdm=True), **settings):
-    return handlers.stepper_start(Settings(**settings))
+    return inspector.stepper_start(Settings(**settings))
 
 
-@gpu(handlers.benchmark_seconds)
+@gpu(durations.benchmark_seconds)
 def benchmark(progress=gr.Progress(track_tqdm=True), gammas="1,2,4", repeats=1, with_transformers=False, **settings):
-    return handlers.benchmark(Settings(**settings), gammas, repeats, with_transformers)
+    return tabs.benchmark(Settings(**settings), gammas, repeats, with_transformers)
 
 
-@gpu(handlers.lossless_seconds)
+@gpu(durations.lossless_seconds)
 def lossless(progress=gr.Progress(), samples=300, k=2, check_temperature=1.0, **settings):
-    return handlers.lossless(Settings(**settings), samples, k, check_temperature, progress)
+    return tabs.lossless(Settings(**settings), samples, k, check_temperature, progress)
 
 
 def api_errors(fn):
@@ -79,18 +90,18 @@ def api_errors(fn):
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except handlers.SpecDemoError as error:
+        except errors.SpecDemoError as error:
             raise gr.Error(str(error), print_exception=False) from None
 
     return call
 
 
-compare_api = gpu(handlers.compare_seconds)(api_errors(handlers.compare_api))
+compare_api = gpu(durations.compare_seconds)(api_errors(api.compare_api))
 
 
 def validate(**values):
     """Runs before a model handler is queued: a refused setting is shown next to its input."""
-    problem = handlers.find_problem(Settings(**{name: values[name] for name in handlers.SETTING_NAMES}))
+    problem = find_problem(Settings(**{name: values[name] for name in SETTING_NAMES}))
     field, message = problem or (None, "")
     return [gr.validate(name != field, message if name == field else "") for name in values]
 
@@ -100,15 +111,15 @@ def session_of(request: gr.Request | None) -> str | None:
 
 
 def export(trace, request: gr.Request):
-    return handlers.export_trace(trace, session_of(request))
+    return sessions.export_trace(trace, session_of(request))
 
 
 def stop(request: gr.Request):
-    return handlers.request_stop(session_of(request))
+    return sessions.request_stop(session_of(request))
 
 
 def forget(request: gr.Request):
-    handlers.forget_session(session_of(request))
+    sessions.forget_session(session_of(request))
 
 
 def build_demo() -> gr.Blocks:
@@ -168,10 +179,10 @@ def build_demo() -> gr.Blocks:
                     minimum=0,
                     label="Draft vocabulary: score only the N most frequent tokens (0 = all)",
                 )
-        # Each setting's component is named after its handlers.Settings field: every model handler
+        # Each setting's component is named after its Settings field: every model handler
         # gets them all by name (inputs_kwargs); a field without its component fails right here.
         components = locals()
-        settings = {name: components[name] for name in handlers.SETTING_NAMES}
+        settings = {name: components[name] for name in SETTING_NAMES}
 
         with gr.Tabs():
             with gr.Tab("Race"):
@@ -236,11 +247,11 @@ def build_demo() -> gr.Blocks:
                 check_plot = gr.Plot(label="histograms")
 
         preset.change(
-            handlers.preset_fields,
+            preset_fields,
             preset,
             [target_id, draft_id, quantization, dtype, chat_template, draft_vocab, gamma, example, prompt],
         )
-        example.change(lambda e: e or handlers.KEEP, example, prompt)
+        example.change(lambda e: e or KEEP, example, prompt)
         outputs = dict(zip(("baseline_pane", "speculative_pane", "summary"), (base_pane, spec_pane, summary)))
         outputs |= dict(race_plot=race_plot, speedup_plot=speedup_plot, acceptance_plot=acceptance_plot)
         outputs |= dict(histogram_plot=histogram_plot, breakdown_plot=breakdown_plot, status=status, trace=last_trace)
@@ -248,27 +259,27 @@ def build_demo() -> gr.Blocks:
         model_event = dict(concurrency_id="models", api_visibility="private", validator=validate)
         race_api = dict(api_visibility="public", api_name="race")  # the live race as a stream a client can cancel
         run_btn.click(run, inputs_kwargs=settings, outputs=race_outputs, **(model_event | race_api))
-        trace_file.upload(handlers.replay, trace_file, race_outputs, api_visibility="private")
+        trace_file.upload(race.replay, trace_file, race_outputs, api_visibility="private")
         stop_btn.click(stop, None, status, queue=False)
         export_btn.click(export, last_trace, export_btn, api_visibility="private")
 
         inspector_out = [stepper, step_html, step_plot, step_slider]
         step_start.click(stepper_start, inputs_kwargs=settings, outputs=inspector_out, **model_event)
-        step_next.click(handlers.stepper_next, stepper, inspector_out, api_visibility="private")
-        step_last.click(handlers.inspect_last, last_trace, inspector_out, api_visibility="private")
+        step_next.click(inspector.stepper_next, stepper, inspector_out, api_visibility="private")
+        step_last.click(inspector.inspect_last, last_trace, inspector_out, api_visibility="private")
         step_slider.release(
-            handlers.inspector_goto, [stepper, step_slider], [step_html, step_plot], api_visibility="private"
+            inspector.inspector_goto, [stepper, step_slider], [step_html, step_plot], api_visibility="private"
         )
 
         bench_inputs = settings | dict(gammas=bench_gammas, repeats=bench_repeats, with_transformers=bench_hf)
         bench_btn.click(benchmark, inputs_kwargs=bench_inputs, outputs=[bench_plot, bench_table], **model_event)
         theory_inputs = [alpha, theory_gamma, cost, last_trace]
         for control in (alpha, theory_gamma, cost):
-            control.change(handlers.theory, theory_inputs, theory_plot, api_visibility="private")
+            control.change(tabs.theory, theory_inputs, theory_plot, api_visibility="private")
         theory_last.click(
-            handlers.theory_from_last, last_trace, [alpha, theory_gamma, cost, theory_note], api_visibility="private"
+            tabs.theory_from_last, last_trace, [alpha, theory_gamma, cost, theory_note], api_visibility="private"
         )
-        demo.load(handlers.theory, theory_inputs, theory_plot, api_visibility="private")
+        demo.load(tabs.theory, theory_inputs, theory_plot, api_visibility="private")
         check_inputs = settings | dict(samples=check_samples, k=check_k, check_temperature=check_temperature)
         check_btn.click(lossless, inputs_kwargs=check_inputs, outputs=[check_plot, check_text], **model_event)
         gr.api(compare_api, api_name="compare", concurrency_id="models")

@@ -10,12 +10,14 @@ import json
 import sys
 from dataclasses import replace
 
-from .bench import ENGINES
-from .compare import compare, comparison_record
-from .divergence import dtype_name
-from .engine import DecodeConfig, sample_many, validate_config
-from .errors import InputError, SpecDemoError
-from .models import (
+from specdemo.decoding.engine import DecodeConfig, sample_many, validate_config
+from specdemo.decoding.sampling import SamplingConfig
+from specdemo.decoding.tree import TreeConfig
+from specdemo.errors import InputError, SpecDemoError
+from specdemo.measure.bench import ENGINES
+from specdemo.measure.compare import compare, comparison_record
+from specdemo.measure.divergence import dtype_name
+from specdemo.models import (
     DTYPES,
     PRESETS,
     LoadOptions,
@@ -25,9 +27,7 @@ from .models import (
     encode_prompt,
     load_pair,
 )
-from .render import plain_text, token_spans, tokens_ansi
-from .sampling import SamplingConfig
-from .tree import TreeConfig
+from specdemo.view.render import plain_text, token_spans, tokens_ansi
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -219,7 +219,8 @@ def bench_prompts(path) -> list[str]:
 
 
 def cmd_bench(args) -> None:
-    from .bench import format_table, run_bench, to_json, write_csv, write_plot
+    from specdemo.measure.bench import format_table, run_bench, to_json, write_csv
+    from specdemo.view.plots import gamma_sweep_figure
 
     try:
         gammas = [int(g) for g in args.gammas.split(",") if g.strip()]
@@ -240,12 +241,12 @@ def cmd_bench(args) -> None:
     if args.csv:
         write_csv(result, args.csv)
     if args.plot:
-        write_plot(result, args.plot)
+        gamma_sweep_figure(result["rows"]).write_html(args.plot, include_plotlyjs=True)  # self-contained: works offline
     print(to_json(result) if args.json else format_table(result))
 
 
 def cmd_precision(args) -> None:
-    from .precision import format_precision, precision_table
+    from specdemo.measure.precision import format_precision, precision_table
 
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if not dtypes or any(d not in DTYPES or d == "auto" for d in dtypes):

@@ -93,7 +93,7 @@ TEXT = [
 @pytest.fixture(scope="session")
 def tiny_folders(tmp_path_factory):
     """A target and a draft folder, loadable with Auto* classes, sharing a small BPE tokenizer."""
-    from specdemo.train import train_tokenizer
+    from specdemo.recipes.train import train_tokenizer
 
     root = tmp_path_factory.mktemp("tiny")
     tokenizer = train_tokenizer(TEXT, 320, root / "tok")

@@ -14,8 +14,11 @@ import gradio as gr
 import plotly.graph_objects as go
 import pytest
 
-from specdemo import handlers, model_thread
-from specdemo.handlers import RACE_OUTPUTS, Settings
+from specdemo.app import api, durations, inspector, model_thread, sessions, tabs
+from specdemo.app import race as race_tab
+from specdemo.app import settings as app_settings
+from specdemo.app.race import RACE_OUTPUTS
+from specdemo.app.settings import Settings
 from specdemo.models import BUNDLED_DRAFT, BUNDLED_TARGET
 
 STORY = "once upon a time, there was a little"
@@ -34,7 +37,7 @@ def settings(**changes) -> Settings:
 
 
 def last_race_output(**changes) -> dict:
-    outputs = list(handlers.race(settings(**changes)))
+    outputs = list(race_tab.race(settings(**changes)))
     assert outputs
     return dict(zip(RACE_OUTPUTS, outputs[-1]))
 
@@ -56,9 +59,9 @@ def test_the_race_is_shown_while_it_runs_without_slowing_it(monkeypatch):
     """Updates come from a consumer that renders the latest state at a fixed rate: many steps
     per update, figures at most once a second, the trace kept along the way (a stopped run can
     still be inspected)."""
-    monkeypatch.setattr(handlers, "PANES_EVERY_S", 0.01)
-    monkeypatch.setattr(handlers, "PLOTS_EVERY_S", 0.0)
-    updates = list(handlers.race(settings(max_new_tokens=200, prompt=STORY + " dog")))
+    monkeypatch.setattr(race_tab, "PANES_EVERY_S", 0.01)
+    monkeypatch.setattr(race_tab, "PLOTS_EVERY_S", 0.0)
+    updates = list(race_tab.race(settings(max_new_tokens=200, prompt=STORY + " dog")))
     assert len(updates) >= 3
     running = [dict(zip(RACE_OUTPUTS, u)) for u in updates[1:-1]]
     assert all(u["status"].startswith("● running") for u in running)
@@ -66,21 +69,21 @@ def test_the_race_is_shown_while_it_runs_without_slowing_it(monkeypatch):
 
 
 def test_stop_ends_the_race_showing_what_it_has():
-    race = handlers.race(settings(max_new_tokens=400), session="s-stop")
+    race = race_tab.race(settings(max_new_tokens=400), session="s-stop")
     next(race), next(race)  # starting, then running
-    assert handlers.request_stop("s-stop") == "■ stopping…"
+    assert sessions.request_stop("s-stop") == "■ stopping…"
     last = dict(zip(RACE_OUTPUTS, list(race)[-1]))
     assert last["status"].startswith("■ stopped")
     assert 0 < len(last["trace"]["baseline"]) < 400  # the stopped run can be inspected and exported
-    assert not handlers.stop_requested("s-stop")  # the next run starts afresh
-    assert dict(zip(RACE_OUTPUTS, list(handlers.race(settings(max_new_tokens=4), "s-stop"))[-1]))["status"].startswith(
+    assert not sessions.stop_requested("s-stop")  # the next run starts afresh
+    assert dict(zip(RACE_OUTPUTS, list(race_tab.race(settings(max_new_tokens=4), "s-stop"))[-1]))["status"].startswith(
         "✓ done"
     )
 
 
 def test_closing_the_race_stops_it_at_its_next_step():
     """Gradio closes the generator when the browser goes away."""
-    race = handlers.race(settings(max_new_tokens=400))
+    race = race_tab.race(settings(max_new_tokens=400))
     next(race)
     race.close()  # must return promptly: the race is cancelled at its next step
     start = time.perf_counter()
@@ -97,7 +100,7 @@ def test_tree_method_runs_in_the_app():
 
 
 def test_naive_method_is_labelled_not_lossless():
-    naive = next(k for k in handlers.METHOD_LABELS if "naive" in k)
+    naive = next(k for k in app_settings.METHOD_LABELS if "naive" in k)
     out = last_race_output(method_label=naive)
     assert out["status"].startswith("✓ done") and "NOT lossless" in out["summary"]
 
@@ -119,9 +122,9 @@ def test_the_bundled_pair_lower_cases_the_prompt_and_says_so():
     ],
 )
 def test_bad_input_is_refused_before_loading_next_to_its_field(changes, field, message):
-    at_fault, text = handlers.find_problem(settings(**changes))
+    at_fault, text = app_settings.find_problem(settings(**changes))
     assert at_fault == field and message in text
-    status = list(handlers.race(settings(**changes)))[-1][RACE_OUTPUTS.index("status")]
+    status = list(race_tab.race(settings(**changes)))[-1][RACE_OUTPUTS.index("status")]
     assert status.startswith("⚠") and message in status
 
 
@@ -134,28 +137,28 @@ def test_bad_input_is_refused_before_loading_next_to_its_field(changes, field, m
 )
 def test_load_errors_are_one_status_line_and_nothing_is_lost(changes, message, caplog):
     caplog.set_level(logging.INFO, logger="specdemo.app")
-    outputs = list(handlers.race(settings(**changes)))
-    assert len(outputs) == 2 and outputs[0] == handlers.status_only("● starting… (a pair's first run loads it)")
+    outputs = list(race_tab.race(settings(**changes)))
+    assert len(outputs) == 2 and outputs[0] == race_tab.status_only("● starting… (a pair's first run loads it)")
     out = dict(zip(RACE_OUTPUTS, outputs[1]))
     assert out["status"].startswith("⚠") and message in out["status"] and "Traceback" not in out["status"]
-    assert all(out[name] == handlers.KEEP for name in RACE_OUTPUTS if name != "status")  # panes stay as they were
+    assert all(out[name] == app_settings.KEEP for name in RACE_OUTPUTS if name != "status")  # panes stay as they were
     refused = [r for r in caplog.records if r.name == "specdemo.app"]
     assert refused and all(r.exc_info is None for r in refused)  # one line, no traceback
 
 
 def test_an_unexpected_error_inside_the_model_is_a_status_line(monkeypatch, caplog):
     """A model that raises mid-race (out of memory, simulated): one status line in the UI."""
-    import specdemo.live
+    import specdemo.app.live
 
     def explode(*args, **kwargs):
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
         yield
 
-    monkeypatch.setattr(specdemo.live, "run_race", explode)
-    status = list(handlers.race(settings()))[-1][RACE_OUTPUTS.index("status")]
+    monkeypatch.setattr(specdemo.app.live, "run_race", explode)
+    status = list(race_tab.race(settings()))[-1][RACE_OUTPUTS.index("status")]
     assert status.startswith("⚠ the device ran out of memory")
-    monkeypatch.setattr(specdemo.live, "run_race", lambda *a, **k: iter([1 / 0]))
-    status = list(handlers.race(settings()))[-1][RACE_OUTPUTS.index("status")]
+    monkeypatch.setattr(specdemo.app.live, "run_race", lambda *a, **k: iter([1 / 0]))
+    status = list(race_tab.race(settings()))[-1][RACE_OUTPUTS.index("status")]
     assert status.startswith("⚠ unexpected error (ZeroDivisionError)")
     assert any(r.exc_info for r in caplog.records if r.name == "specdemo.app")  # the log has the traceback
 
@@ -163,39 +166,39 @@ def test_an_unexpected_error_inside_the_model_is_a_status_line(monkeypatch, capl
 def test_validator_marks_the_field_at_fault():
     import app
 
-    values = {name: getattr(settings(gamma=0), name) for name in handlers.SETTING_NAMES}
+    values = {name: getattr(settings(gamma=0), name) for name in app_settings.SETTING_NAMES}
     verdicts = dict(zip(values, app.validate(**values)))
     assert not verdicts["gamma"]["is_valid"] and "between 1" in verdicts["gamma"]["message"]
     assert all(v["is_valid"] for name, v in verdicts.items() if name != "gamma")
-    ok = {name: getattr(settings(), name) for name in handlers.SETTING_NAMES} | {"samples": 10}
+    ok = {name: getattr(settings(), name) for name in app_settings.SETTING_NAMES} | {"samples": 10}
     assert all(v["is_valid"] for v in app.validate(**ok))
 
 
 def test_keep_and_update_are_gradios_own_values():
-    assert handlers.KEEP == gr.skip()
-    assert handlers.update(minimum=0, maximum=3, value=1) == gr.update(minimum=0, maximum=3, value=1)
+    assert app_settings.KEEP == gr.skip()
+    assert app_settings.update(minimum=0, maximum=3, value=1) == gr.update(minimum=0, maximum=3, value=1)
 
 
 def test_trace_export_and_replay_without_a_model(tmp_path):
     trace = last_race_output(max_new_tokens=12)["trace"]
-    path = handlers.export_trace(trace, "session-1")
-    replayed = dict(zip(RACE_OUTPUTS, list(handlers.replay(path))[-1]))
+    path = sessions.export_trace(trace, "session-1")
+    replayed = dict(zip(RACE_OUTPUTS, list(race_tab.replay(path))[-1]))
     assert "no model ran" in replayed["status"] and "tok-accepted" in replayed["speculative_pane"]
     assert replayed["trace"]["contender"] == trace["contender"]
     bad = tmp_path / "bad.json"
     bad.write_text('{"hello": 1}')
-    assert "not a specdemo trace" in list(handlers.replay(str(bad)))[-1][RACE_OUTPUTS.index("status")]
-    handlers.forget_session("session-1")  # the browser session ended: its files go
+    assert "not a specdemo trace" in list(race_tab.replay(str(bad)))[-1][RACE_OUTPUTS.index("status")]
+    sessions.forget_session("session-1")  # the browser session ended: its files go
     assert not os.path.exists(path)
-    assert handlers.export_trace(None, "session-1") == handlers.KEEP
+    assert sessions.export_trace(None, "session-1") == app_settings.KEEP
 
 
 def test_step_inspector_walks_one_step_at_a_time():
-    session, html, figure, slider = handlers.stepper_start(settings(temperature=1.0, seed=3))
+    session, html, figure, slider = inspector.stepper_start(settings(temperature=1.0, seed=3))
     assert "Step 0" in html and session["shown"] == 0 and len(session["steps"]) > 1
     pickle.loads(pickle.dumps(session))  # plain records: nothing live crosses a (ZeroGPU) call
     for _ in range(30):
-        session, html, figure, slider = handlers.stepper_next(session)
+        session, html, figure, slider = inspector.stepper_next(session)
         if session["steps"][session["shown"]].correction is not None:
             break
     assert "correction" in html and "the target's draw from norm(max(0, p − q))" in html
@@ -203,57 +206,57 @@ def test_step_inspector_walks_one_step_at_a_time():
 
 
 def test_step_inspector_handles_a_one_step_run_and_a_stopped_one():
-    session, html, _, slider = handlers.stepper_start(settings(max_new_tokens=1))
+    session, html, _, slider = inspector.stepper_start(settings(max_new_tokens=1))
     assert len(session["steps"]) == 1 and "Finished" in html and "⚠" not in html
     assert slider["maximum"] > slider["minimum"]
-    assert handlers.stepper_next(session)[1] == html  # stays on the last step
+    assert inspector.stepper_next(session)[1] == html  # stays on the last step
     stopped = last_race_output(max_new_tokens=1)["trace"] | {"contender": []}
-    assert "stopped before its first step" in handlers.inspect_last(stopped)[1]
+    assert "stopped before its first step" in inspector.inspect_last(stopped)[1]
 
 
 def test_theory_uses_the_last_run():
     trace = last_race_output()["trace"]
-    alpha, gamma, cost, note = handlers.theory_from_last(trace)
+    alpha, gamma, cost, note = tabs.theory_from_last(trace)
     assert 0 < alpha <= 1 and gamma == 4 and 0 < cost < 1
-    figure = handlers.theory(alpha, gamma, cost, trace)
+    figure = tabs.theory(alpha, gamma, cost, trace)
     assert any(trace_.name == "last run" for trace_ in figure.data)
-    assert handlers.theory_from_last(None)[-1].startswith("⚠")
+    assert tabs.theory_from_last(None)[-1].startswith("⚠")
 
 
 def test_losslessness_check_in_the_app():
-    figure, text = handlers.lossless(settings(), samples=60, k=1, temperature=1.0)
+    figure, text = tabs.lossless(settings(), samples=60, k=1, temperature=1.0)
     assert "p-value" in text and figure is not None
 
 
 def test_losslessness_check_flags_a_wrong_sampler(monkeypatch):
     """A speculative side that samples from the wrong distribution (a colder temperature)
     must be caught: the check is not a rubber stamp."""
-    import specdemo.lossless
+    import specdemo.measure.lossless
 
-    real = specdemo.lossless.decode_steps
+    real = specdemo.measure.lossless.decode_steps
 
     def too_cold(target, draft, ids, config, eos):
         cold = replace(config, sampling=replace(config.sampling, temperature=0.3))
         return real(target, draft, ids, cold, eos)
 
-    monkeypatch.setattr(specdemo.lossless, "decode_steps", too_cold)
-    _, text = handlers.lossless(settings(), samples=300, k=1, temperature=1.0)
+    monkeypatch.setattr(specdemo.measure.lossless, "decode_steps", too_cold)
+    _, text = tabs.lossless(settings(), samples=300, k=1, temperature=1.0)
     assert "the distributions differ" in text
 
 
 def test_benchmark_tab():
-    figure, table = handlers.benchmark(settings(max_new_tokens=12), gammas="1,3", repeats=1)
+    figure, table = tabs.benchmark(settings(max_new_tokens=12), gammas="1,3", repeats=1)
     assert "specdemo-speculative" in table and figure is not None
-    assert "⚠" in handlers.benchmark(settings(), gammas="x")[1]
+    assert "⚠" in tabs.benchmark(settings(), gammas="x")[1]
 
 
 def test_gpu_durations_follow_the_work_and_stay_within_a_free_quota():
-    assert handlers.race_seconds(max_new_tokens=16) < handlers.race_seconds(max_new_tokens=400) <= 120
-    assert handlers.benchmark_seconds(gammas="1,2", max_new_tokens=64) < handlers.benchmark_seconds(
+    assert durations.race_seconds(max_new_tokens=16) < durations.race_seconds(max_new_tokens=400) <= 120
+    assert durations.benchmark_seconds(gammas="1,2", max_new_tokens=64) < durations.benchmark_seconds(
         gammas="1,2,3,4,6,8", max_new_tokens=64, repeats=3
     )
-    assert handlers.lossless_seconds(samples=50, k=1) < handlers.lossless_seconds(samples=2000, k=4) <= 120
-    assert handlers.compare_seconds("a prompt", 16) < handlers.compare_seconds("a prompt", 400)
+    assert durations.lossless_seconds(samples=50, k=1) < durations.lossless_seconds(samples=2000, k=4) <= 120
+    assert durations.compare_seconds("a prompt", 16) < durations.compare_seconds("a prompt", 400)
 
 
 # ---------------------------------------------------------------- through the server
@@ -343,7 +346,7 @@ def test_a_model_that_fails_mid_call_leaves_the_server_serving(client, monkeypat
     def out_of_memory(*args, **kwargs):
         raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB (simulated)")
 
-    monkeypatch.setattr(handlers, "compare", out_of_memory)
+    monkeypatch.setattr(api, "compare", out_of_memory)
     with pytest.raises(Exception, match="ran out of memory"):
         compare_call(client)
     monkeypatch.undo()

@@ -9,10 +9,10 @@ import torch
 from test_sampling import chi2_pvalue_for
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from specdemo.engine import DecodeConfig, decode_steps, run_all, sample_many
+from specdemo.decoding.engine import DecodeConfig, decode_steps, run_all, sample_many
+from specdemo.decoding.sampling import SamplingConfig
+from specdemo.decoding.tree import TreeConfig
 from specdemo.models import ASSETS, BUNDLED_DRAFT, BUNDLED_TARGET, SMOLLM2_DRAFT, encode_prompt, load_pair
-from specdemo.sampling import SamplingConfig
-from specdemo.tree import TreeConfig
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from specdemo.divergence import explain, rounding_unit
-from specdemo.steps import Step, top_two
+from specdemo.decoding.steps import Step, top_two
+from specdemo.measure.divergence import explain, rounding_unit
 
 
 def steps_of(tokens_and_rows, per_step=1):

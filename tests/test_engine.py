@@ -7,16 +7,16 @@ import math
 import pytest
 import torch
 
-from specdemo.engine import (
+from specdemo.decoding.engine import (
     DecodeConfig,
     baseline_steps,
     eos_ids,
     run_all,
     speculative_steps,
 )
+from specdemo.decoding.kv import CachedLM
+from specdemo.decoding.sampling import SamplingConfig
 from specdemo.errors import InputError
-from specdemo.kv import CachedLM
-from specdemo.sampling import SamplingConfig
 
 PROMPTS = [[1, 5, 7, 9, 11], [3, 3, 3, 40, 41, 42, 3, 3], [17]]
 

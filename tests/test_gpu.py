@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdemo.engine import DecodeConfig, baseline_steps, decode_steps, run_all
+from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_all
 from specdemo.models import BUNDLED_DRAFT, BUNDLED_TARGET, PRESETS, LoadOptions, ModelCache, encode_prompt, load_pair
 
 pytestmark = [
@@ -30,7 +30,7 @@ PAIRS = {
 
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_greedy_on_cuda_matches_generate_or_explains_why(name):
-    from specdemo.divergence import explain
+    from specdemo.measure.divergence import explain
 
     target_id, draft_id, options, vocab, prompt = PAIRS[name]
     pair = load_pair(target_id, draft_id, options, LoadOptions(dtype="float16"), ModelCache(), draft_vocab=vocab)
@@ -50,8 +50,8 @@ def test_greedy_on_cuda_matches_generate_or_explains_why(name):
 def test_first_two_tokens_follow_the_target_on_cuda():
     from scipy.stats import chisquare
 
-    from specdemo.engine import sample_many
-    from specdemo.sampling import SamplingConfig
+    from specdemo.decoding.engine import sample_many
+    from specdemo.decoding.sampling import SamplingConfig
 
     pair = load_pair(BUNDLED_TARGET, BUNDLED_DRAFT, LoadOptions(dtype="float32"), LoadOptions(dtype="float32"))
     ids = encode_prompt(pair.tokenizer, "once upon a time")

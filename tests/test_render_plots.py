@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from specdemo.engine import Step
-from specdemo.live import RaceState
-from specdemo.plots import live_figures, running_speedup
-from specdemo.render import legend_html, summary_html, token_spans, tokens_html
+from specdemo.decoding.engine import Step
+from specdemo.measure.race import RaceState
+from specdemo.view.plots import live_figures, running_speedup
+from specdemo.view.render import legend_html, summary_html, token_spans, tokens_html
 
 WORDS = {1: "a", 2: "<b>", 3: "c", 4: "d", 5: "&e", 6: "f", 7: "g"}
 decode = WORDS.__getitem__

@@ -9,9 +9,9 @@ import torch
 from scipy.stats import chisquare
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdemo import engine
-from specdemo.engine import DecodeConfig, sample_many
-from specdemo.sampling import SamplingConfig
+from specdemo.decoding import engine
+from specdemo.decoding.engine import DecodeConfig, sample_many
+from specdemo.decoding.sampling import SamplingConfig
 
 V = 8
 PROMPT = [1, 2, 3, 1, 2]
@@ -159,7 +159,7 @@ def test_the_chi2_check_catches_a_bonus_drawn_from_the_wrong_row(monkeypatch):
 
 def test_the_chi2_check_catches_a_tree_that_skips_the_rule(monkeypatch):
     """Accepting the first candidate at every node must fail the same check."""
-    from specdemo import tree
+    from specdemo.decoding import tree
 
     monkeypatch.setattr(tree, "draw_uniform", lambda generator: 0.0)
     sampling = SamplingConfig(temperature=1.0, seed=9)

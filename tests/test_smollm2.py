@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdemo import smollm2
-from specdemo.divergence import explain
-from specdemo.engine import DecodeConfig, baseline_steps, decode_steps, run_all, sample_many
-from specdemo.models import INSTRUCT_PROMPTS, PRESETS, LoadOptions, encode_prompt, load_pair, smollm2_ready
-from specdemo.render import summary_html
-from specdemo.sampling import SamplingConfig
+from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_all, sample_many
+from specdemo.decoding.sampling import SamplingConfig
+from specdemo.measure.divergence import explain
+from specdemo.models import INSTRUCT_PROMPTS, PRESETS, LoadOptions, encode_prompt, load_pair, smollm2, smollm2_ready
+from specdemo.view.render import summary_html
 
 pytestmark = pytest.mark.skipif(not smollm2_ready(), reason=f"SmolLM2 is not installed: {smollm2.INSTALL_HINT}")
 PRESET = PRESETS["smollm2-135m"]
@@ -121,7 +120,8 @@ def test_bfloat16_divergence_is_found_and_explained_as_a_near_tie():
 
 
 def test_app_runs_the_seed_prompt_on_smollm2():
-    from specdemo.handlers import Settings, race
+    from specdemo.app.race import race
+    from specdemo.app.settings import Settings
 
     settings = Settings.from_preset("smollm2-135m", prompt=SEED_PROMPT, max_new_tokens=24)
     base_html, spec_html, summary, *_, status, trace = list(race(settings))[-1]

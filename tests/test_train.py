@@ -8,7 +8,7 @@ import sys
 from conftest import TEXT
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from specdemo.train import heldout_openings, split_stories
+from specdemo.recipes.train import heldout_openings, split_stories
 
 
 def test_recipe_writes_loadable_target_and_draft(tmp_path):
@@ -19,7 +19,7 @@ def test_recipe_writes_loadable_target_and_draft(tmp_path):
         [
             sys.executable,
             "-m",
-            "specdemo.train",
+            "specdemo.recipes.train",
             "--data",
             str(data),
             "--out",

@@ -7,9 +7,9 @@ import torch
 from test_engine import PROMPTS, reference
 from transformers import LlamaForCausalLM
 
-from specdemo.engine import DecodeConfig, decode_steps, eos_ids, run_all
+from specdemo.decoding.engine import DecodeConfig, decode_steps, eos_ids, run_all
+from specdemo.decoding.tree import TokenTree, TreeConfig, check_tree_attention, tree_mask, tree_positions
 from specdemo.errors import ModelLoadError
-from specdemo.tree import TokenTree, TreeConfig, check_tree_attention, tree_mask, tree_positions
 
 
 def hand_built_tree():

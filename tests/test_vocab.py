@@ -8,10 +8,17 @@ from conftest import VOCAB
 from test_engine import PROMPTS, reference
 from test_sampling import PROMPT, SAMPLES, TARGET, chi2_pvalue, exact_joint, small_llama
 
-from specdemo.engine import DecodeConfig, decode_steps, eos_ids, run_all, sample_many
-from specdemo.sampling import SamplingConfig
-from specdemo.tree import TreeConfig
-from specdemo.vocab import ReducedVocabLM, load_ranking, rank_by_frequency, reduce_draft, save_ranking, subset_ids
+from specdemo.decoding.engine import DecodeConfig, decode_steps, eos_ids, run_all, sample_many
+from specdemo.decoding.sampling import SamplingConfig
+from specdemo.decoding.tree import TreeConfig
+from specdemo.decoding.vocab import (
+    ReducedVocabLM,
+    load_ranking,
+    rank_by_frequency,
+    reduce_draft,
+    save_ranking,
+    subset_ids,
+)
 
 
 def test_ranking_orders_by_frequency_then_id_and_keeps_eos(tmp_path):

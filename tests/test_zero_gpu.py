@@ -14,7 +14,9 @@ from pathlib import Path
 
 import gradio as gr
 
-from specdemo import handlers
+from specdemo.app import api, durations, inspector, tabs
+from specdemo.app import race as race_tab
+from specdemo.app import settings as app_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,22 +48,22 @@ def test_the_app_keeps_the_zero_gpu_contract():
     assert "runs only the models it loaded at start" in out["not_preloaded"]
     called = {name for name, _ in out["calls"]}
     assert called == {"run", "stepper_start", "benchmark", "lossless", "compare_api"}
-    assert all(0 < seconds <= handlers.MAX_GPU_SECONDS for _, seconds in out["calls"])
+    assert all(0 < seconds <= durations.MAX_GPU_SECONDS for _, seconds in out["calls"])
 
 
 def test_every_gpu_handlers_inputs_and_outputs_pickle():
     """What crosses a ZeroGPU call: the arguments Gradio passes (request and progress included)
     and every value the handler returns or yields."""
-    story = asdict(handlers.Settings.from_preset("bundled-tinystories", max_new_tokens=8))
+    story = asdict(app_settings.Settings.from_preset("bundled-tinystories", max_new_tokens=8))
     arguments = (gr.Request(), gr.Progress())
     pickle.loads(pickle.dumps((arguments, story)))
     outputs = [
-        *handlers.race(handlers.Settings(**story)),
-        handlers.stepper_start(handlers.Settings(**story)),
-        handlers.benchmark(handlers.Settings(**story), "2"),
-        handlers.lossless(handlers.Settings(**story), samples=10, k=1),
-        handlers.compare_api("once upon a time", 4, preset="bundled-tinystories"),
-        handlers.race(handlers.Settings(**(story | {"gamma": 0}))),  # errors are plain values too
+        *race_tab.race(app_settings.Settings(**story)),
+        inspector.stepper_start(app_settings.Settings(**story)),
+        tabs.benchmark(app_settings.Settings(**story), "2"),
+        tabs.lossless(app_settings.Settings(**story), samples=10, k=1),
+        api.compare_api("once upon a time", 4, preset="bundled-tinystories"),
+        race_tab.race(app_settings.Settings(**(story | {"gamma": 0}))),  # errors are plain values too
     ]
     for value in outputs:
         value = list(value) if hasattr(value, "__next__") else value

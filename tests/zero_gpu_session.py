@@ -8,12 +8,13 @@ from dataclasses import asdict
 import spaces  # the fake one (tests/fake_spaces)
 
 import app
-from specdemo import handlers
-from specdemo.handlers import RACE_OUTPUTS
+from specdemo.app import inspector, sessions
+from specdemo.app import settings as app_settings
+from specdemo.app.race import RACE_OUTPUTS
 from specdemo.models import DEFAULT_CACHE, PRESETS
 
 preset = PRESETS[app.PRESET]
-story = dict(asdict(handlers.Settings.from_preset(app.PRESET)), max_new_tokens=16)
+story = dict(asdict(app_settings.Settings.from_preset(app.PRESET)), max_new_tokens=16)
 out = {"imported_before_spaces": sorted(spaces.IMPORTED_BEFORE), "zero_gpu": app.ZERO_GPU}
 out["choices"] = app.CHOICES
 out["frozen"] = DEFAULT_CACHE.frozen and len(DEFAULT_CACHE.keys()) == 2
@@ -26,14 +27,14 @@ out["race_tokens"] = len(last["trace"]["baseline"])
 # Stop reaches the race in its worker process: the flag is a file in the shared temp folder.
 long_race = app.run(None, **(story | {"max_new_tokens": 400}))
 updates = [next(long_race), next(long_race)]  # starting, then running
-handlers.request_stop(None)
+sessions.request_stop(None)
 updates += list(long_race)
 out["stopped_status"] = dict(zip(RACE_OUTPUTS, updates[-1]))["status"]
 out["stopped_tokens"] = len(dict(zip(RACE_OUTPUTS, updates[-1]))["trace"]["baseline"])
 
 session, html, figure, slider = app.stepper_start(None, **story)
 out["stepper_steps"] = len(session["steps"])
-out["stepper_next"] = "Step 1" in handlers.stepper_next(session)[1]
+out["stepper_next"] = "Step 1" in inspector.stepper_next(session)[1]
 out["benchmark"] = "specdemo-speculative" in app.benchmark(None, gammas="2", **story)[1]
 out["lossless"] = app.lossless(None, samples=20, k=1, **story)[1]
 out["compare_identical"] = (lambda r: r["baseline"]["token_ids"] == r["speculative"]["token_ids"])(

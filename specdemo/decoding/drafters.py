@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .kv import CachedLM
-from .sampling import SamplingConfig, align_vocab, draw, to_probs
+from specdemo.decoding.kv import CachedLM
+from specdemo.decoding.sampling import SamplingConfig, align_vocab, draw, to_probs
 
 MAX_GAMMA = 32
 

@@ -16,11 +16,10 @@ from dataclasses import replace
 
 import torch
 
-from .drafters import SCHEDULES, Draft, ModelDrafter, PromptLookupDrafter
-from .errors import InputError
-from .kv import CachedLM, Stopwatch
-from .sampling import SamplingConfig, draw, draw_uniform, make_generator, to_probs
-from .steps import (  # noqa: F401  (re-exported: the engine's public names)
+from specdemo.decoding.drafters import SCHEDULES, Draft, ModelDrafter, PromptLookupDrafter
+from specdemo.decoding.kv import CachedLM, Stopwatch
+from specdemo.decoding.sampling import SamplingConfig, draw, draw_uniform, make_generator, to_probs
+from specdemo.decoding.steps import (  # noqa: F401  (re-exported: the engine's public names)
     METHODS,
     DecodeConfig,
     Run,
@@ -37,7 +36,8 @@ from .steps import (  # noqa: F401  (re-exported: the engine's public names)
     validate_config,
     validate_request,
 )
-from .tree import tree_steps
+from specdemo.decoding.tree import tree_steps
+from specdemo.errors import InputError
 
 
 def top_entries(probs: torch.Tensor, n: int = 10) -> list[tuple[int, float]]:

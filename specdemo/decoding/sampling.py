@@ -46,7 +46,7 @@ class SamplingConfig:
 
 
 def validate_sampling(config: SamplingConfig) -> None:
-    from .errors import InputError
+    from specdemo.errors import InputError
 
     t = config.temperature
     if t is None or (isinstance(t, float) and math.isnan(t)) or t < 0:

@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .drafters import MAX_GAMMA, SCHEDULES
-from .errors import InputError
-from .kv import synchronize
-from .sampling import SamplingConfig, validate_sampling
+from specdemo.decoding.drafters import MAX_GAMMA, SCHEDULES
+from specdemo.decoding.kv import synchronize
+from specdemo.decoding.sampling import SamplingConfig, validate_sampling
+from specdemo.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import InputError, ModelLoadError
-from .kv import CachedLM, Stopwatch
-from .sampling import SamplingConfig, align_vocab, draw, draw_uniform, make_generator, to_probs
-from .steps import TreeConfig, context_length, drive, settle, top_two, validate_request
+from specdemo.decoding.kv import CachedLM, Stopwatch
+from specdemo.decoding.sampling import SamplingConfig, align_vocab, draw, draw_uniform, make_generator, to_probs
+from specdemo.decoding.steps import TreeConfig, context_length, drive, settle, top_two, validate_request
+from specdemo.errors import InputError, ModelLoadError
 
 
 @dataclass

@@ -29,10 +29,18 @@ from dataclasses import dataclass, field, replace
 import torch
 from tqdm.auto import tqdm
 
-from .engine import DecodeConfig, Run, baseline_steps, decode_steps, run_all, run_timed, speculative_steps
-from .kv import synchronize
-from .metrics import acceptance_rate, mean_accepted_tokens, predicted_speedup
-from .tree import TreeConfig
+from specdemo.decoding.engine import (
+    DecodeConfig,
+    Run,
+    baseline_steps,
+    decode_steps,
+    run_all,
+    run_timed,
+    speculative_steps,
+)
+from specdemo.decoding.kv import synchronize
+from specdemo.decoding.tree import TreeConfig
+from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens, predicted_speedup
 
 ENGINES = (
     "specdemo-baseline",
@@ -282,12 +290,6 @@ def write_csv(result: dict, path) -> None:
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
         writer.writerows(result["rows"])
-
-
-def write_plot(result: dict, path) -> None:
-    from .plots import gamma_sweep_figure
-
-    gamma_sweep_figure(result["rows"]).write_html(path, include_plotlyjs=True)  # self-contained: works offline
 
 
 def to_json(result: dict) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .divergence import explain
-from .engine import DecodeConfig, Run, baseline_steps, decode_steps, run_all, run_timed
-from .metrics import acceptance_rate, mean_accepted_tokens
+from specdemo.decoding.engine import DecodeConfig, Run, baseline_steps, decode_steps, run_all, run_timed
+from specdemo.measure.divergence import explain
+from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens
 
 WARMUP_TOKENS = 8
 

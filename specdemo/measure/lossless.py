@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from scipy.stats import chi2_contingency
 
-from .engine import DecodeConfig, baseline_steps, decode_steps, run_all
+from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_all
 
 
 @dataclass
@@ -56,7 +56,7 @@ def check_lossless(
     pair, prompt_ids, config: DecodeConfig, samples: int = 200, k: int = 2, progress=None
 ) -> LosslessCheck:
     """``config`` must sample (temperature > 0); ``progress(done, total)`` is called as it goes."""
-    from .errors import InputError
+    from specdemo.errors import InputError
 
     if config.sampling.greedy:
         raise InputError("the losslessness check compares sampled distributions: set a temperature above 0")

@@ -8,9 +8,9 @@ each preset's default dtype.
 
 from __future__ import annotations
 
-from .compare import compare
-from .divergence import explain
-from .engine import DecodeConfig
+from specdemo.decoding.engine import DecodeConfig
+from specdemo.measure.compare import compare
+from specdemo.measure.divergence import explain
 
 
 def measure_dtype(load, prompts: list[str], encode, config: DecodeConfig, dtype: str) -> dict:

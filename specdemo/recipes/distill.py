@@ -1,6 +1,6 @@
 """Train the SmolLM2-135M-Instruct draft by self-distillation, on a CPU.
 
-    python -m specdemo.distill --out assets/models/smollm2-draft
+    python -m specdemo.recipes.distill --out assets/models/smollm2-draft
 
 Two stages, seeded, printing progress, resumable:
 1. data (``distill_data.py``): the target answers ~2,400 instructions made here (topic × task
@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .distill_data import DataConfig, generate_data
-from .train import DEFAULT_DATA, cosine_lr
-from .vocab import rank_by_frequency, save_ranking, subset_ids
+from specdemo.decoding.vocab import rank_by_frequency, save_ranking, subset_ids
+from specdemo.recipes.distill_data import DataConfig, generate_data
+from specdemo.recipes.train import DEFAULT_DATA, cosine_lr
 
 
 @dataclass
@@ -187,7 +187,7 @@ def save_draft(draft, tokenizer, ranked: list[int], out: Path, source: str) -> N
 def main(argv=None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .smollm2 import resolve_target
+    from specdemo.models.smollm2 import resolve_target
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("assets/models/smollm2-draft"))

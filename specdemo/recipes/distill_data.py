@@ -170,7 +170,7 @@ def make_instructions(cfg: DataConfig, story_openings: list[str]) -> list[str]:
 
 def story_openings(path: Path, n: int, words: int = 12) -> list[str]:
     """Openings of TinyStories training stories (never the held-out tail), capitalised."""
-    from .train import TrainConfig, split_stories
+    from specdemo.recipes.train import TrainConfig, split_stories
 
     if not path.exists():
         return []

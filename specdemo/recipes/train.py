@@ -1,6 +1,6 @@
 """Train the bundled offline target/draft pair on TinyStories, on a CPU.
 
-    python -m specdemo.train --data ../shared/data/tinystories-4mb.txt --out assets/models
+    python -m specdemo.recipes.train --data ../shared/data/tinystories-4mb.txt --out assets/models
 
 (about 55 minutes on 2 CPU cores: ~2.3 s per target step, ~1.2 s per draft step)
 
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 EOS = "<|endoftext|>"
-DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "tinystories-4mb.txt"
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "tinystories-4mb.txt"
 
 
 @dataclass
@@ -65,7 +65,7 @@ def heldout_stories(path: Path = DEFAULT_DATA, val_fraction: float = TrainConfig
 
 def heldout_openings(n: int = 20, words: int = 8, path: Path = DEFAULT_DATA) -> list[str]:
     """The first ``words`` words of ``n`` held-out stories: prompts the models never trained on."""
-    from .errors import InputError
+    from specdemo.errors import InputError
 
     if not path.exists():
         raise InputError(f"the training text {path} is not here: pass --prompts FILE instead")

@@ -128,7 +128,7 @@ def speedup_figure(base: Sequence, spec: Sequence) -> go.Figure:
 def gamma_sweep_figure(rows: Sequence[dict]) -> go.Figure:
     """Measured speedup over the baseline vs γ, the prediction from measured step times, and
     the paper's curve (1 − α^(γ+1)) / ((1 − α)(γc + 1)) at the measured α and c."""
-    from .metrics import theoretical_speedup
+    from specdemo.measure.metrics import theoretical_speedup
 
     spec = sorted((r for r in rows if r["engine"] == "specdemo-speculative"), key=lambda r: r["gamma"])
     fig = go.Figure()
@@ -257,7 +257,7 @@ def theory_figure(alpha: float, gamma: int, c: float, measured: dict | None = No
     """Expected tokens per target forward and speedup vs γ for the chosen α and c."""
     from plotly.subplots import make_subplots
 
-    from .metrics import expected_tokens_per_step, theoretical_speedup
+    from specdemo.measure.metrics import expected_tokens_per_step, theoretical_speedup
 
     xs = list(range(1, 33))
     fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens per target forward", "speedup"))

@@ -8,9 +8,9 @@ from dataclasses import fields
 
 import torch
 
-from .engine import Step
-from .errors import InputError
-from .live import METHODS, RaceState
+from specdemo.decoding.engine import Step
+from specdemo.errors import InputError
+from specdemo.measure.race import METHODS, RaceState
 
 TRACE_VERSION = 1
 STEP_FIELDS = {f.name for f in fields(Step)}
@@ -19,7 +19,7 @@ STEP_FIELDS = {f.name for f in fields(Step)}
 def library_versions() -> dict:
     import transformers
 
-    from . import __version__
+    from specdemo import __version__
 
     return {
         "specdemo": __version__,

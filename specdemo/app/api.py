@@ -1,0 +1,57 @@
+"""The /compare API: baseline vs speculative on one prompt, the JSON of ``generate --json``."""
+
+from __future__ import annotations
+
+from specdemo.app import model_thread
+from specdemo.app.settings import (
+    METHOD_LABELS,
+    Settings,
+    friendly,
+    prepare,
+)
+from specdemo.errors import InputError, SpecDemoError
+from specdemo.measure.compare import compare, comparison_record
+from specdemo.measure.divergence import dtype_name
+from specdemo.models import (
+    PRESETS,
+    startup_preset,
+)
+
+
+def compare_api(
+    prompt: str,
+    max_new_tokens: int = 64,
+    gamma: int = 4,
+    temperature: float = 0.0,
+    seed: int = 0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    method: str = "draft",
+    preset: str = startup_preset(),
+) -> dict:
+    """Baseline vs speculative on one prompt: the JSON of `python -m specdemo generate --json`.
+    Raises SpecDemoError with a clear message (the API's caller sees it)."""
+    try:
+        if preset not in PRESETS:
+            raise InputError(f"unknown preset {preset!r}: one of {', '.join(PRESETS)}")
+        labels = {v: k for k, v in METHOD_LABELS.items() if v != "naive"}
+        if method not in labels:
+            raise InputError("method must be draft, prompt-lookup or tree")
+        s = Settings.from_preset(
+            preset,
+            prompt=prompt,
+            method_label=labels[method],
+            gamma=gamma,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            max_new_tokens=max_new_tokens,
+        )
+        prep = prepare(s)
+        base, spec = model_thread.call(compare, prep.pair, prep.ids, prep.config)
+        return comparison_record(prep.pair.tokenizer, prep.ids, base, spec, dtype_name(prep.pair.target))
+    except SpecDemoError:
+        raise
+    except Exception as error:
+        raise SpecDemoError(friendly(error)) from error

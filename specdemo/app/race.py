@@ -1,0 +1,174 @@
+"""The Race tab: the Run button's live stream (panes, summary, figures, status) and a trace's replay."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+
+from specdemo.app.live import LiveRace
+from specdemo.app.sessions import (
+    clear_stop,
+    stop_requested,
+)
+from specdemo.app.settings import (
+    KEEP,
+    Settings,
+    decoder,
+    friendly,
+    prepare,
+)
+from specdemo.errors import SpecDemoError
+from specdemo.measure.race import RaceState
+from specdemo.view import trace as traces
+from specdemo.view.plots import (
+    acceptance_figure,
+    accepted_length_figure,
+    race_figure,
+    speedup_figure,
+    time_breakdown_figure,
+)
+from specdemo.view.render import summary_html, token_spans, tokens_html
+
+PANES_EVERY_S = 0.125  # panes, summary and status: 8 updates a second while the race runs
+
+
+PLOTS_EVERY_S = 1.0  # the race, speedup and acceptance figures: once a second (the rest at the end)
+
+
+# The race's outputs, in this order: panes, summary, figures, status line, last run's trace.
+RACE_OUTPUTS = (
+    "baseline_pane",
+    "speculative_pane",
+    "summary",
+    "race_plot",
+    "speedup_plot",
+    "acceptance_plot",
+    "histogram_plot",
+    "breakdown_plot",
+    "status",
+    "trace",
+)
+
+
+def render(state: RaceState, decode, prompt: str, figures: str, status: str, trace=KEEP) -> tuple:
+    """A race state → the RACE_OUTPUTS. ``figures``: "all", "live" (race, speedup and acceptance:
+    the ones that change the most) or "none" (the figures stay as they are on screen)."""
+    reference = state.tokens("baseline")
+    label = "naive (not lossless)" if state.method == "naive" else "speculative"
+    mark = state.first_difference() if state.greedy and state.lossless else None
+    if figures in ("all", "live"):
+        base, spec = state.baseline, state.contender
+        live = (race_figure(base, spec, label), speedup_figure(base, spec), acceptance_figure(spec))
+    else:
+        live = (KEEP,) * 3
+    rest = (
+        (accepted_length_figure(state.contender), time_breakdown_figure(state.contender))
+        if figures == "all"
+        else (KEEP,) * 2
+    )
+    return (
+        tokens_html(token_spans(state.baseline, decode, mark=mark), state.greedy, prompt),
+        tokens_html(token_spans(state.contender, decode, reference, mark), state.greedy, prompt),
+        summary_html(state.summary(), state.greedy, state.lossless),
+        *live,
+        *rest,
+        status,
+        trace,
+    )
+
+
+def status_only(text: str) -> tuple:
+    """The RACE_OUTPUTS that change the status line only (the rest stays as it is on screen)."""
+    return (KEEP,) * (len(RACE_OUTPUTS) - 2) + (text, KEEP)
+
+
+def failure(message: str) -> tuple:
+    """A run that could not start or failed: one status line, nothing on screen lost."""
+    return status_only(f"⚠ {message}")
+
+
+def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
+    """The Run button: both panes, the summary and the figures as the race goes on.
+
+    The race runs on the model thread (``LiveRace``); this generator shows its latest state at a
+    fixed rate, so rendering never slows the models down. Stop (``request_stop``) ends it at its
+    next step with everything shown; closing the generator (Gradio does when the browser goes
+    away) stops it too."""
+    clear_stop(session)
+    yield status_only("● starting… (a pair's first run loads it)")
+    try:
+        prep = prepare(s)
+    except Exception as error:
+        yield failure(friendly(error))
+        return
+    decode = decoder(prep.pair.tokenizer)
+    settings = asdict(s)
+    device = str(prep.pair.target.device)
+    live = LiveRace(prep.pair, prep.ids, prep.config, s.method)
+    try:
+        last_figures = time.perf_counter()
+        while not live.wait(PANES_EVERY_S):
+            if stop_requested(session):
+                live.cancel()
+            state = live.snapshot()
+            status = f"● running… {token_counts(state)}"
+            if time.perf_counter() - last_figures >= PLOTS_EVERY_S:
+                last_figures = time.perf_counter()
+                # the trace too, so a stopped run can still be inspected and exported
+                trace = traces.to_trace(state, settings, decode, device)
+                yield render(state, decode, prep.prompt, "live", status, trace)
+            else:
+                yield render(state, decode, prep.prompt, "none", status)
+        if live.error is not None:
+            yield failure(friendly(live.error))
+            return
+        state = live.snapshot()
+        trace = traces.to_trace(state, settings, decode, device)
+        if live.cancelled:
+            end = f"■ stopped: {token_counts(state)}"
+        else:
+            end = done_status(state, live.wall_s, prep.note)
+        yield render(state, decode, prep.prompt, "all", end, trace)
+    finally:
+        live.close()
+        clear_stop(session)
+
+
+def token_counts(state: RaceState) -> str:
+    """ "B + S tokens": what the baseline and the speculative side have written so far."""
+    return f"{len(state.tokens('baseline'))} + {len(state.tokens('speculative'))} tokens"
+
+
+def done_status(state: RaceState, wall_s: float, note: str = "") -> str:
+    """✓ with the race's wall time and its compute time (both sides' own clocks, added up)."""
+    text = f"✓ done: {token_counts(state)}, compute {state.compute_s:.1f} s, wall {wall_s:.1f} s"
+    return text + (f" · ℹ {note}" if note else "")
+
+
+def replay(path: str) -> Iterator[tuple]:
+    """Load an exported trace and play it back on its recorded clock (no model needed)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            state, decode, settings = traces.from_trace(f.read())
+    except OSError as error:
+        yield failure(f"cannot read the file: {error.strerror}")
+        return
+    except SpecDemoError as error:
+        yield failure(friendly(error))
+        return
+    prompt = settings.get("prompt", "")
+    events = sorted(
+        [(s.elapsed_s, "b", s) for s in state.baseline] + [(s.elapsed_s, "s", s) for s in state.contender],
+        key=lambda e: e[0],
+    )
+    shown = RaceState(state.method, state.greedy, dtype=state.dtype)
+    start = last = time.perf_counter()
+    for t, side, step in events:
+        (shown.baseline if side == "b" else shown.contender).append(step)
+        time.sleep(max(0.0, min(t, 30.0) - (time.perf_counter() - start)))  # the recorded clock
+        if time.perf_counter() - last >= PANES_EVERY_S:
+            last = time.perf_counter()
+            yield render(shown, decode, prompt, "none", "▶ replaying a trace…")
+    trace = traces.to_trace(state, settings, decode)
+    yield render(state, decode, prompt, "all", "✓ replayed from the trace (no model ran)", trace)

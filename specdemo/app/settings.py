@@ -1,0 +1,216 @@
+"""The run settings: one field per input of the app, their validation (one clear line per refusal), the
+pair they load, and what every failure turns into (``friendly``). Plain values in and out."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass, fields
+
+from specdemo.app import model_thread
+from specdemo.decoding.engine import DecodeConfig
+from specdemo.decoding.sampling import SamplingConfig
+from specdemo.decoding.steps import validate_config
+from specdemo.decoding.tree import TreeConfig, validate_tree
+from specdemo.errors import InputError, SpecDemoError
+from specdemo.models import (
+    PRESETS,
+    LoadOptions,
+    check_prompt,
+    configure_cpu_threads,
+    draft_options_for,
+    encode_prompt,
+    load_pair,
+    lowercases,
+)
+
+log = logging.getLogger("specdemo.app")
+
+
+KEEP = {"__type__": "update"}  # what gradio's gr.skip() returns: leave this output as it is
+
+
+def update(**props) -> dict:
+    """What gradio's gr.update(**props) returns: change some properties of a component."""
+    return {"__type__": "update", **props}
+
+
+MAX_NEW_TOKENS = int(os.environ.get("SPECDEMO_MAX_NEW_TOKENS", "512"))
+
+
+METHOD_LABELS = {
+    "draft model": "draft",
+    "prompt lookup": "prompt-lookup",
+    "token tree": "tree",
+    "naive: draft writes half, target continues (NOT lossless)": "naive",
+}
+
+
+DTYPE_CHOICES = ("auto", "float32", "float16", "bfloat16")
+
+
+@dataclass
+class Settings:
+    """The run settings, one field per input component of the app (same names)."""
+
+    prompt: str = ""
+    target_id: str = ""
+    draft_id: str = ""
+    quantization: str = "none"
+    dtype: str = "auto"
+    method_label: str = "draft model"
+    gamma: int = 4
+    schedule: str = "constant"
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    max_new_tokens: int = 128
+    chat_template: bool = True
+    tree_k: int = 2
+    tree_depth: int = 4
+    tree_nodes: int = 12
+    draft_vocab: int = 0
+
+    @classmethod
+    def from_preset(cls, name: str, **changes) -> Settings:
+        p = PRESETS[name]
+        values = dict(
+            target_id=p.target,
+            draft_id=p.draft,
+            quantization=p.target_options.quantization,
+            dtype=p.target_options.dtype,
+            gamma=p.gamma,
+            chat_template=p.chat_template,
+            draft_vocab=p.draft_vocab,
+            prompt=p.examples[0] if p.examples else "",
+        )
+        return cls(**(values | changes))
+
+    @property
+    def method(self) -> str:
+        return METHOD_LABELS.get(self.method_label, self.method_label)
+
+    def config(self) -> DecodeConfig:
+        return DecodeConfig(
+            max_new_tokens=whole(self.max_new_tokens, "max_new_tokens"),
+            gamma=whole(self.gamma, "gamma"),
+            schedule=self.schedule,
+            method="draft" if self.method == "naive" else self.method,
+            max_new_tokens_cap=MAX_NEW_TOKENS,
+            sampling=SamplingConfig(
+                number(self.temperature, "temperature"),
+                whole(self.top_k or 0, "top_k"),
+                number(self.top_p, "top_p"),
+                whole(self.seed or 0, "seed"),
+            ),
+            tree=TreeConfig(
+                whole(self.tree_k, "tree_k"), whole(self.tree_depth, "tree_depth"), whole(self.tree_nodes, "tree_nodes")
+            ),
+        )
+
+
+SETTING_NAMES = tuple(f.name for f in fields(Settings))
+
+
+# an InputError's field (a DecodeConfig / SamplingConfig name) → the setting that holds it
+FIELD_SETTINGS = {"method": "method_label"}
+
+
+def number(value, name: str) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number, got {value!r}", field=name) from None
+
+
+def whole(value, name: str) -> int:
+    n = number(value, name)
+    if n != int(n):
+        raise InputError(f"{name} must be a whole number, got {value!r}", field=name)
+    return int(n)
+
+
+def find_problem(s: Settings) -> tuple[str, str] | None:
+    """The first setting a run would refuse, found without loading a model: (setting, message).
+    The app's validator shows it next to that input before anything is queued."""
+    try:
+        check_prompt(s.prompt)
+        config = s.config()
+        validate_config(config)
+        if s.method == "tree":
+            validate_tree(config.tree)
+        whole(s.draft_vocab or 0, "draft_vocab")
+    except InputError as error:
+        return FIELD_SETTINGS.get(error.field, error.field or "prompt"), str(error)
+    return None
+
+
+def friendly(error: BaseException) -> str:
+    """One clear line for the person at the screen. Refused input is logged as one line; an
+    unexpected error with its traceback."""
+    if isinstance(error, SpecDemoError):
+        log.info("refused: %s", error)
+        return str(error)
+    if "out of memory" in str(error).lower():
+        log.warning("out of memory: %s", error)
+        return "the device ran out of memory: try fewer new tokens, 4-bit quantization or a smaller pair"
+    log.error("unexpected error", exc_info=error)
+    return f"unexpected error ({type(error).__name__}): {error}"
+
+
+@dataclass
+class Prepared:
+    pair: object
+    ids: list[int]
+    config: DecodeConfig
+    prompt: str  # as the model saw it (lower-cased for a lower-case-only pair)
+    note: str  # said in the status line ("" when nothing to say)
+
+
+def prepare(s: Settings) -> Prepared:
+    """Settings → the pair, prompt ids and DecodeConfig; raises SpecDemoError with a clear message."""
+    problem = find_problem(s)  # bad numbers fail before anything loads
+    if problem:
+        raise InputError(problem[1], field=problem[0])
+    target_id, draft_id = (s.target_id or "").strip(), (s.draft_id or "").strip()
+    if not target_id:
+        raise InputError("no target model: pick a preset or type a model id under Advanced", field="target_id")
+    needs_draft = s.method != "prompt-lookup"
+    if needs_draft and not draft_id:
+        raise InputError("this method needs a draft model: type one under Advanced, or use prompt lookup")
+    options = LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")
+    draft_vocab = whole(s.draft_vocab or 0, "draft_vocab")
+    draft_id = draft_id if needs_draft else None
+    # all model work runs on the one model thread (model_thread.py says why)
+    pair = model_thread.call(
+        load_pair, target_id, draft_id, options, draft_options_for(options), draft_vocab=draft_vocab
+    )
+    model_thread.call(configure_cpu_threads, pair)
+    prompt, note = s.prompt, ""
+    if lowercases(target_id) and prompt != prompt.lower():
+        prompt, note = prompt.lower(), "this pair knows lower-case stories only, so the prompt was lower-cased"
+    ids = encode_prompt(pair.tokenizer, prompt, chat_template=bool(s.chat_template))
+    return Prepared(pair, ids, s.config(), prompt, note)
+
+
+def decoder(tokenizer):
+    return functools.lru_cache(maxsize=65536)(lambda t: tokenizer.decode([t]))
+
+
+def preset_fields(name: str) -> tuple:
+    """Selecting a preset fills the model fields, the options, γ and the example prompts."""
+    p = PRESETS[name]
+    examples = list(p.examples)
+    return (
+        p.target,
+        p.draft,
+        p.target_options.quantization,
+        p.target_options.dtype,
+        p.chat_template,
+        p.draft_vocab,
+        p.gamma,
+        update(choices=examples, value=None),
+        examples[0] if examples else KEEP,
+    )

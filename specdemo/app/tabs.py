@@ -1,0 +1,107 @@
+"""The Benchmark, Theory and Losslessness tabs."""
+
+from __future__ import annotations
+
+from html import escape
+
+from specdemo.app import model_thread
+from specdemo.app.settings import (
+    KEEP,
+    Settings,
+    decoder,
+    friendly,
+    prepare,
+)
+from specdemo.errors import InputError
+from specdemo.measure.bench import ENGINES, format_table, run_bench
+from specdemo.measure.lossless import check_lossless
+from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens
+from specdemo.view import trace as traces
+from specdemo.view.plots import (
+    gamma_sweep_figure,
+    lossless_figure,
+    theory_figure,
+)
+
+
+def parse_gammas(text: str) -> list[int]:
+    try:
+        gammas = [int(g) for g in str(text).split(",") if g.strip()]
+    except ValueError:
+        raise InputError("γ values: whole numbers separated by commas, e.g. 1,2,4,8") from None
+    if not gammas or not all(1 <= g <= 32 for g in gammas):
+        raise InputError("every γ must be between 1 and 32")
+    return gammas
+
+
+def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_transformers: bool = False) -> tuple:
+    """The γ sweep on this prompt: (figure, HTML table)."""
+    try:
+        gamma_list = parse_gammas(gammas)
+        s.method_label = "draft model"
+        prep = prepare(s)
+        engines = ENGINES if with_transformers else ("specdemo-baseline", "specdemo-speculative", "specdemo-tree")
+        result = model_thread.call(
+            run_bench,
+            prep.pair,
+            [prep.ids],
+            gamma_list,
+            int(s.max_new_tokens),
+            int(repeats),
+            progress=True,
+            engines=engines,
+        )
+        table = escape(format_table(result))
+        return gamma_sweep_figure(result["rows"]), f"<pre style='overflow-x:auto'>{table}</pre>"
+    except Exception as error:
+        return None, f"<p>⚠ {friendly(error)}</p>"
+
+
+def measured_point(trace: dict | None) -> dict | None:
+    """α, γ, c, τ and speedup of the last run, for the theory tab."""
+    if not trace or trace["method"] == "naive" or not trace["contender"]:
+        return None
+    state, _, settings = traces.from_trace(trace)
+    spec, base = state.contender, state.baseline
+    drafted = sum(len(s.drafted) for s in spec[1:])
+    t_d = sum(s.draft_s for s in spec[1:]) / drafted if drafted else 0.0
+    t_t = sorted(s.verify_s for s in base[1:])[len(base[1:]) // 2] if len(base) > 1 else 0.0
+    return {
+        "alpha": acceptance_rate(spec),
+        "gamma": int(settings.get("gamma", 4)),
+        "c": t_d / t_t if t_t else 0.0,
+        "tau": mean_accepted_tokens(spec),
+        "speedup": state.summary()["speedup"],
+    }
+
+
+def theory(alpha, gamma, c, trace: dict | None):
+    return theory_figure(float(alpha), int(gamma), float(c), measured_point(trace))
+
+
+def theory_from_last(trace: dict | None) -> tuple:
+    """(α, γ, c, note) of the last run for the theory sliders."""
+    point = measured_point(trace)
+    if not point:
+        return KEEP, KEEP, KEEP, "⚠ run a speculative method on the Race tab once first"
+    return round(point["alpha"], 3), point["gamma"], round(min(point["c"], 1.0), 3), "the × is the last run"
+
+
+def lossless(s: Settings, samples: int = 300, k: int = 2, temperature: float = 1.0, progress=None) -> tuple:
+    """The χ² check: (figure, verdict markdown). ``progress(fraction, desc=...)`` if given."""
+    try:
+        if s.method == "naive":
+            raise InputError("pick draft model, prompt lookup or tree: the naive method is known not to be lossless")
+        s.temperature = temperature
+        prep = prepare(s)
+        report = (lambda done, total: progress(done / total, desc="sampling")) if progress else None
+        check = model_thread.call(
+            check_lossless, prep.pair, prep.ids, prep.config, int(samples), int(k), progress=report
+        )
+        verdict = (
+            "no evidence of a difference" if check.p_value > 0.01 else "the distributions differ: that would be a bug"
+        )
+        figure = lossless_figure(check, decoder(prep.pair.tokenizer))
+        return figure, f"χ² p-value **{check.p_value:.3f}**: {verdict}."
+    except Exception as error:
+        return None, f"⚠ {friendly(error)}"

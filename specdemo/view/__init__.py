@@ -1,0 +1,1 @@
+"""Views: step records → HTML (render), plotly figures (plots), JSON traces (export / replay)."""

@@ -1,0 +1,98 @@
+"""The package's folders are its layers, and imports point down only:
+
+    cli → app → view → measure → models → decoding → errors     (recipes: offline, imported by the CLI only)
+
+A module may import its own layer and any layer below it; nothing but the CLI imports a recipe."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "specdemo"
+RANK = {
+    "errors": 0,
+    "decoding": 1,
+    "models": 2,
+    "measure": 3,
+    "view": 4,
+    "app": 5,
+    "recipes": 5,
+    "cli": 6,
+    "__main__": 6,
+}
+
+
+def layer(module: str) -> str:
+    """specdemo.decoding.engine → decoding; specdemo.cli → cli; specdemo → '' (the package root)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def imported_modules(module: str, source: str) -> set[str]:
+    """Every specdemo module this source imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("specdemo")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = module.split(".")[: -node.level]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name.startswith("specdemo"):
+                found.add(name)
+                found |= {f"{name}.{a.name}" for a in node.names if f"{name}.{a.name}".count(".") == 2}
+    return found
+
+
+def upward_imports(sources: dict[str, str]) -> list[str]:
+    """'importer → imported' for every import that points up a layer or into a recipe."""
+    bad = []
+    for module, source in sources.items():
+        here = layer(module)
+        for name in imported_modules(module, source):
+            there = layer(name)
+            if name == "specdemo" or not there or there == here or there == "__init__":
+                continue
+            if there not in RANK:
+                continue  # a package-level name (specdemo.__version__)
+            into_recipe = there == "recipes" and here not in ("recipes", "cli", "__main__")
+            if into_recipe or RANK[there] > RANK.get(here, 0):
+                bad.append(f"{module} → {name}")
+    return bad
+
+
+def package_sources() -> dict[str, str]:
+    sources = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        sources[module] = path.read_text(encoding="utf-8")
+    return sources
+
+
+def test_every_module_sits_in_a_layer_folder():
+    top = {p.stem for p in PACKAGE.glob("*.py")} | {
+        p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"
+    }
+    assert top - {"__init__"} <= set(RANK), f"modules outside the layers: {sorted(top - set(RANK) - {'__init__'})}"
+
+
+def test_no_import_points_up_a_layer():
+    assert upward_imports(package_sources()) == []
+
+
+def test_the_check_catches_an_upward_import_and_a_recipe_imported_at_run_time():
+    """The control: the same walk over sources that break each rule finds each break."""
+    sources = package_sources()
+    sources["specdemo.decoding.engine"] += "\nfrom specdemo.view.render import plain_text\n"
+    sources["specdemo.models.cache"] += "\ndef f():\n    from ..app import settings\n"
+    sources["specdemo.measure.bench"] += "\nimport specdemo.recipes.train\n"
+    assert sorted(upward_imports(sources)) == [
+        "specdemo.decoding.engine → specdemo.view.render",
+        "specdemo.measure.bench → specdemo.recipes.train",
+        "specdemo.models.cache → specdemo.app",
+        "specdemo.models.cache → specdemo.app.settings",
+    ]
