@@ -120,7 +120,25 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--csv", default=None)
     bench.add_argument("--plot", default=None, help="write the speedup-vs-γ figure as HTML")
+    prof = sub.add_parser("profile", help="verify cost: one target (and draft) forward of k new tokens, split by part")
+    add_pair_args(prof)
+    prof.add_argument("--threads", type=int, default=None, help="torch threads (default: as the app sets them)")
+    prof.add_argument("--ks", default="1,2,3,4,5,7,9", help="numbers of new tokens per forward")
+    prof.add_argument("--contexts", default="100,400", help="warm cache lengths")
+    prof.add_argument("--repeats", type=int, default=15, help="forwards per median")
+    prof.add_argument("--no-split", action="store_true", help="wall times only (no torch.profiler pass)")
+    prof.add_argument("--json", action="store_true")
     return parser
+
+
+def whole_numbers(text: str, flag: str, low: int = 1, high: int = 4096) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{flag} takes whole numbers separated by commas, got {text!r}") from None
+    if not values or not all(low <= v <= high for v in values):
+        raise InputError(f"every value in {flag} must be between {low} and {high}")
+    return values
 
 
 def decode_config(args) -> DecodeConfig:
@@ -258,6 +276,31 @@ def cmd_precision(args) -> None:
     print(json.dumps(rows) if args.json else format_precision(rows))
 
 
+def cmd_profile(args) -> None:
+    import torch
+
+    from specdemo.measure.profile import format_profile, profile_model, to_record
+
+    ks = whole_numbers(args.ks, "--ks", 1, 64)
+    contexts = whole_numbers(args.contexts, "--contexts", 1, 8192)
+    if args.repeats < 1:
+        raise InputError("--repeats must be ≥ 1")
+    if 1 not in ks:
+        ks = [1, *ks]  # t(1) is the step every ratio is relative to
+    pair = load_from_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = {"target": pair.target} | ({"draft": pair.draft} if pair.draft is not None else {})
+    result = {"threads": torch.get_num_threads(), "dtype": dtype_name(pair.target)}
+    for name, model in models.items():
+        rows = profile_model(model, contexts, ks, args.repeats, split=not args.no_split)
+        result[name] = to_record(rows)
+        if not args.json:
+            print(format_profile(f"{name} ({dtype_name(model)}, {result['threads']} threads)", rows), flush=True)
+    if args.json:
+        print(json.dumps(result))
+
+
 def quiet_libraries() -> None:
     from transformers.utils import logging
 
@@ -265,7 +308,13 @@ def quiet_libraries() -> None:
     logging.disable_progress_bar()
 
 
-COMMANDS = {"generate": cmd_generate, "sample": cmd_sample, "bench": cmd_bench, "precision": cmd_precision}
+COMMANDS = {
+    "generate": cmd_generate,
+    "sample": cmd_sample,
+    "bench": cmd_bench,
+    "precision": cmd_precision,
+    "profile": cmd_profile,
+}
 
 
 def main(argv=None) -> int:

@@ -85,3 +85,49 @@ def test_bench_rejects_bad_gammas():
         [sys.executable, "-m", "specdemo", "bench", "--gammas", "0,40"], capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 2 and "between 1 and 32" in r.stderr
+
+
+def test_profile_command_prints_the_verify_cost_curve_split_by_part():
+    r = subprocess.run(
+        [sys.executable, "-m", "specdemo", "profile", "--preset", "bundled-tinystories"]
+        + ["--ks", "2,4", "--contexts", "20,40", "--repeats", "3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["dtype"] == "float32" and out["threads"] >= 1
+    for model in ("target", "draft"):
+        rows = out[model]
+        assert [(row["context"], row["k"]) for row in rows] == [(c, k) for c in (20, 40) for k in (1, 2, 4)]
+        for row in rows:
+            assert row["ms"] > 0
+            assert set(row["parts"]) == {"layers", "attention", "other ops", "mask", "lm_head", "sampling", "python"}
+            assert all(v >= 0 for v in row["parts"].values()) and row["parts"]["lm_head"] > 0
+    human = subprocess.run(
+        [sys.executable, "-m", "specdemo", "profile", "--preset", "bundled-tinystories"]
+        + ["--ks", "3", "--contexts", "20", "--repeats", "2", "--no-split"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert human.returncode == 0, human.stderr
+    assert "t_t = " in human.stdout and "t_v(k)/t_t: k=3:" in human.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "specdemo", "profile", "--ks", "0,x"], capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--ks" in bad.stderr
+
+
+def test_profile_times_a_forward_and_crops_the_cache_back(tiny_folders):
+    from specdemo.measure.profile import ProfileRow, ratio_curve, time_forward, warm_cache
+    from specdemo.models import load_model
+
+    model, _ = load_model(str(tiny_folders["target"]))
+    lm, prefix = warm_cache(model, 30)
+    assert lm.cache.get_seq_length() == 30 == len(lm.fed)
+    assert time_forward(lm, prefix, prefix[:5]) > 0
+    assert lm.cache.get_seq_length() == 30 == len(lm.fed)  # the 5 new positions are gone again
+    rows = [ProfileRow(1, 30, 10.0), ProfileRow(3, 30, 12.5), ProfileRow(1, 60, 20.0), ProfileRow(3, 60, 30.0)]
+    assert ratio_curve(rows) == {30: {1: 1.0, 3: 1.25}, 60: {1: 1.0, 3: 1.5}}
