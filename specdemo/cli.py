@@ -188,7 +188,7 @@ def cmd_generate(args) -> None:
     pair = load_from_args(args)
     prompt_ids = encode(pair, args, args.prompt)
     base_run, spec_run = compare(pair, prompt_ids, config)
-    record = comparison_record(pair.tokenizer, prompt_ids, base_run, spec_run, dtype_name(pair.target))
+    record = comparison_record(pair.tokenizer, prompt_ids, base_run, spec_run, dtype_name(pair.target), config.method)
     if args.json:
         print(json.dumps(record))
         return
@@ -205,6 +205,8 @@ def cmd_generate(args) -> None:
         f"τ {spec['mean_accepted_tokens']:.2f} tokens per target forward · {spec['target_forwards']} target "
         f"forwards for {len(spec['token_ids'])} tokens"
     )
+    if record["limited_by"]:
+        print(f"why no speedup? {record['limited_by']['text']}")
     if sys.stdout.isatty():
         print("colours: green accepted · red struck rejected · yellow correction · blue bonus")
 

@@ -50,7 +50,9 @@ def compare_api(
         )
         prep = prepare(s)
         base, spec = model_thread.call(compare, prep.pair, prep.ids, prep.config)
-        return comparison_record(prep.pair.tokenizer, prep.ids, base, spec, dtype_name(prep.pair.target))
+        return comparison_record(
+            prep.pair.tokenizer, prep.ids, base, spec, dtype_name(prep.pair.target), prep.config.method
+        )
     except SpecDemoError:
         raise
     except Exception as error:

@@ -17,6 +17,7 @@ from dataclasses import replace
 import torch
 
 from specdemo.decoding.drafters import SCHEDULES, Draft, ModelDrafter, PromptLookupDrafter
+from specdemo.decoding.feature import FeatureDrafter, FeatureHead
 from specdemo.decoding.kv import CachedLM, Stopwatch
 from specdemo.decoding.sampling import SamplingConfig, draw, draw_uniform, make_generator, to_probs
 from specdemo.decoding.steps import (  # noqa: F401  (re-exported: the engine's public names)
@@ -98,12 +99,30 @@ def verify_draft(logits: torch.Tensor, draft: Draft, sampling: SamplingConfig, g
     return token
 
 
-def make_drafter(config: DecodeConfig, draft_model, target_vocab_size: int):
+def make_drafter(config: DecodeConfig, draft_model, target: CachedLM):
     if config.method == "prompt-lookup":
         return PromptLookupDrafter(config.max_ngram)
     if draft_model is None:
         raise InputError("the draft-model method needs a draft model (or use method prompt-lookup)")
-    return ModelDrafter(draft_model, target_vocab_size, config.min_confidence)
+    if isinstance(draft_model, FeatureHead):
+        return FeatureDrafter(draft_model, target, target.vocab_size)
+    return ModelDrafter(draft_model, target.vocab_size, config.min_confidence)
+
+
+def feature_layers(config: DecodeConfig, draft_model) -> tuple[int, ...]:
+    """The target layers a feature drafter reads (none for other drafters)."""
+    if config.method != "prompt-lookup" and isinstance(draft_model, FeatureHead):
+        return draft_model.cfg.layers
+    return ()
+
+
+def refuse_feature_head(draft_model, method: str) -> None:
+    if isinstance(draft_model, FeatureHead):
+        raise InputError(
+            f"the {method} method runs a draft model on its own, and this draft is a feature drafter (it reads "
+            "the target's hidden states, chains only): pick draft model or prompt lookup",
+            field="method",
+        )
 
 
 def speculative_steps(
@@ -116,8 +135,8 @@ def speculative_steps(
 ) -> Iterator[Step]:
     """Speculative decoding; yields one Step per target verify forward."""
     validate_request(prompt_ids, config, context_length(target_model))
-    target = CachedLM(target_model)
-    drafter = make_drafter(config, draft_model, target.vocab_size)
+    target = CachedLM(target_model, feature_layers(config, draft_model))
+    drafter = make_drafter(config, draft_model, target)
     schedule = SCHEDULES[config.schedule](config.gamma)
     generator = make_generator(config.sampling.seed)
 
@@ -150,6 +169,7 @@ def decode_steps(
 ) -> Iterator[Step]:
     """Speculative decoding by ``config.method``: a chain (draft model or prompt lookup) or a tree."""
     if config.method == "tree":
+        refuse_feature_head(draft_model, "token tree")
         return tree_steps(target_model, draft_model, prompt_ids, config, config.tree, eos, cancel)
     return speculative_steps(target_model, draft_model, prompt_ids, config, eos, cancel)
 
@@ -192,6 +212,7 @@ def naive_handoff_steps(
     there. Nothing the draft wrote is checked, so the output is not the target's: it is shown
     only to contrast it with real (lossless) speculative decoding. Unlike the original
     script it stays in token space (no decode and re-encode), so what differs is the method."""
+    refuse_feature_head(draft_model, "naive")
     tokens = list(prompt_ids)
     last = None
     half = max(1, config.max_new_tokens // 2)

@@ -50,12 +50,17 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
 
 
 class CachedLM:
-    def __init__(self, model):
+    """``feature_layers``: also keep, per cached position, the concatenated hidden states of these
+    layers (indices into ``hidden_states``; a feature drafter reads them), cropped with the cache."""
+
+    def __init__(self, model, feature_layers: tuple[int, ...] = ()):
         self.model = model
         self.device = model.device
         self.cache = DynamicCache(config=model.config)
         self.fed: list[int] = []  # the ids whose keys/values the cache holds, in order
         self.forwards = 0
+        self.feature_layers = tuple(feature_layers)
+        self.features = torch.empty(0)  # [len(fed), len(feature_layers) × hidden] when kept
 
     @property
     def vocab_size(self) -> int:
@@ -67,6 +72,8 @@ class CachedLM:
         if drop > 0:
             self.cache.crop(-drop)
             del self.fed[length:]
+            if self.feature_layers:
+                self.features = self.features[:length]
 
     def pending(self, tokens: list[int]) -> list[int]:
         """Roll back to the longest cached prefix of ``tokens``; return what is left to feed."""
@@ -77,7 +84,11 @@ class CachedLM:
     def forward(self, new_ids: list[int], keep: int = 1) -> torch.Tensor:
         """Feed ``new_ids`` after the cached prefix; logits of the last ``keep`` positions [keep, V]."""
         input_ids = torch.tensor([new_ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep)
+        extra = {"output_hidden_states": True} if self.feature_layers else {}
+        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep, **extra)
+        if self.feature_layers:  # the hidden states exist anyway: keep the chosen layers' rows
+            new = torch.cat([out.hidden_states[i][0] for i in self.feature_layers], dim=-1)
+            self.features = new if not len(self.fed) else torch.cat([self.features, new])
         self.fed.extend(new_ids)
         self.forwards += 1
         return out.logits[0, -keep:]

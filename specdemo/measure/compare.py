@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from specdemo.decoding.engine import DecodeConfig, Run, baseline_steps, decode_steps, run_all, run_timed
+from specdemo.measure.diagnosis import limited_by
 from specdemo.measure.divergence import explain
 from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens
 
@@ -24,10 +25,13 @@ def compare(pair, prompt_ids: list[int], config: DecodeConfig, warmup: bool = Tr
     return base, spec
 
 
-def comparison_record(tokenizer, prompt_ids, base_run: Run, spec_run: Run, dtype: str = "float32") -> dict:
+def comparison_record(
+    tokenizer, prompt_ids, base_run: Run, spec_run: Run, dtype: str = "float32", method: str = "draft"
+) -> dict:
     """``seconds``: wall clock around each whole generation (the clock to compare with);
     ``compute_seconds``: the sum of the step stopwatches (what the per-step breakdowns add up to);
-    ``first_divergence``: where and why greedy outputs differ (null when identical)."""
+    ``first_divergence``: where and why greedy outputs differ (null when identical);
+    ``limited_by``: below a 1.15× speedup, the term that held it back and what would change it."""
 
     def side(run: Run):
         ids = run.token_ids
@@ -47,11 +51,14 @@ def comparison_record(tokenizer, prompt_ids, base_run: Run, spec_run: Run, dtype
         "steps": [{"drafted": s.drafted, "accepted": s.accepted, "emitted": s.emitted} for s in spec_steps],
     }
     base = side(base_run)
+    speedup = base["seconds"] / spec["seconds"] if spec["seconds"] else 0.0
+    why = limited_by(base_run.steps, spec_steps, method, speedup)
     return {
         "prompt_ids": list(prompt_ids),
         "baseline": base,
         "speculative": spec,
-        "speedup": base["seconds"] / spec["seconds"] if spec["seconds"] else 0.0,
+        "speedup": speedup,
         "dtype": dtype,
         "first_divergence": explain(base_run.steps, spec_steps, dtype),
+        "limited_by": {"term": why["term"], "text": why["text"]} if why else None,
     }

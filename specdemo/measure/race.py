@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specdemo.decoding.engine import Step
+from specdemo.measure.diagnosis import limited_by
 from specdemo.measure.divergence import explain, first_difference
 from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
 
@@ -62,6 +63,9 @@ class RaceState:
                 # the baseline needs one target forward per token
                 "target_forwards_saved": spec_tokens - len(spec),
             }
+            if self.done:  # said once the race is over: "why no speedup?" from this run's own numbers
+                why = limited_by(base, spec, self.method)
+                out["limited_by"] = {"term": why["term"], "text": why["text"]} if why else None
         diff = self.first_difference()
         out["identical_so_far"] = diff is None
         out["first_difference"] = diff

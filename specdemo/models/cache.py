@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from specdemo.decoding.feature import FeatureHead
 from specdemo.decoding.vocab import reduce_draft
 from specdemo.errors import InputError
 from specdemo.models.loading import LoadOptions, check_same_vocabulary, load_model
@@ -109,8 +110,12 @@ def load_pair(
     draft = None
     if draft_id:
         loaded = cache.get(draft_id, draft_options)
-        check_same_vocabulary(target.tokenizer, loaded.tokenizer, target_id, draft_id)
-        draft = reduce_draft(loaded.model, draft_id, draft_vocab, eos)
+        if isinstance(loaded.model, FeatureHead):  # reads the target's features: it must be its target
+            loaded.model.check_target(target.model, f"the feature drafter {draft_id!r}")
+            draft = loaded.model
+        else:
+            check_same_vocabulary(target.tokenizer, loaded.tokenizer, target_id, draft_id)
+            draft = reduce_draft(loaded.model, draft_id, draft_vocab, eos)
     return Pair(target.model, draft, target.tokenizer, target_id, draft_id, eos)
 
 

@@ -107,6 +107,14 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 def load_model(model_id: str, options: LoadOptions = LoadOptions()):
     """Load (model, tokenizer). ``model_id`` is a local folder or a hub id; no remote code runs."""
+    from specdemo.decoding.feature import is_feature_drafter, load_feature_head
+
+    if Path(model_id).expanduser().is_dir() and is_feature_drafter(str(Path(model_id).expanduser())):
+        # a feature drafter: a head over the target's hidden states, no tokenizer of its own
+        device = resolve_device(options.device)
+        return load_feature_head(str(Path(model_id).expanduser()), resolve_dtype(options.dtype, device)).to(
+            device
+        ), None
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(model_id).expanduser()

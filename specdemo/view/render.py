@@ -167,6 +167,8 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
                 f"{summary['target_forwards']} target forwards instead of {summary['speculative_tokens']}",
             ),
         ]
+    if why := summary.get("limited_by"):
+        rows.append(("why no speedup?", why["term"], why["text"]))
     diff = summary["first_difference"]
     if not lossless:
         verdict = ("✗ differs from the baseline from token " + str(diff)) if diff is not None else "same so far"

@@ -1,0 +1,114 @@
+""" "Why no speedup?": which term of a run held it back, from the run's own step records.
+
+A speculative step costs γ·t_d (drafting) + t_v (the verify) and emits τ tokens; the baseline pays
+t_t per token. In units of one target step:
+
+    speedup ≈ τ / (γ·c + t_v/t_t)          c = t_d / t_t   (Leviathan et al. 2023, with a real t_v)
+
+So a run loses for one of three reasons, each with its own remedy:
+- **acceptance** α too low: τ stays near 1 whatever the costs (another drafter for this task);
+- **draft cost** γ·c too high: drafting eats the saving (a cheaper drafter, a shorter γ);
+- **verify cost** t_v/t_t well above 1: checking γ+1 tokens costs several steps (a shorter γ).
+Each term is compared with the value at which it stops being the problem (``GOOD``); the one
+furthest past it is named. When none is, the time outside draft and verify is.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
+
+SLOW = 1.15  # below this measured speedup the summary says why
+GOOD = {"acceptance": 0.6, "draft cost": 0.25, "verify cost": 1.2}
+
+
+def per_position_acceptance(steps: Sequence) -> list[float]:
+    """Of the steps that drafted an i-th token, the share whose i-th token was kept (i = 1, 2, …)."""
+    longest = max((len(s.drafted) for s in steps), default=0)
+    shares = []
+    for i in range(1, longest + 1):
+        reached = [s for s in steps if len(s.drafted) >= i]
+        shares.append(sum(s.accepted >= i for s in reached) / len(reached))
+    return shares
+
+
+def run_terms(baseline: Sequence, speculative: Sequence) -> dict | None:
+    """α, τ, c, t_v/t_t, γ and the measured speedup of a race (None without drafts or baseline)."""
+    drafting = [s for s in speculative[1:] if s.drafted]  # the first step also encodes the prompt
+    base = baseline[1:]
+    if not drafting or not base:
+        return None
+    t_t = statistics.median(s.verify_s for s in base)
+    if t_t <= 0:
+        return None
+    drafted = sum(len(s.drafted) for s in drafting)
+    gamma = drafted / len(drafting)
+    base_tps = tokens_per_second(baseline)
+    return {
+        "speedup": tokens_per_second(speculative) / base_tps if base_tps else 0.0,
+        "alpha": acceptance_rate(speculative),
+        "per_position": per_position_acceptance(speculative),
+        "tau": mean_accepted_tokens(speculative),
+        "gamma": gamma,
+        "c": sum(s.draft_s for s in drafting) / drafted / t_t,
+        "verify_ratio": statistics.median(s.verify_s for s in drafting) / t_t,
+        "rest_ratio": statistics.median(s.rest_s for s in drafting) / t_t,
+    }
+
+
+def shortfalls(terms: dict) -> dict[str, float]:
+    """How far past its GOOD value each term is (> 0: it is part of the problem)."""
+    return {
+        "acceptance": (GOOD["acceptance"] - terms["alpha"]) / GOOD["acceptance"],
+        "draft cost": (terms["gamma"] * terms["c"] - GOOD["draft cost"]) / GOOD["draft cost"],
+        "verify cost": (terms["verify_ratio"] - GOOD["verify cost"]) / GOOD["verify cost"],
+    }
+
+
+def explain_term(term: str, t: dict, method: str) -> str:
+    speedup = f"{t['speedup']:.2f}×"
+    if term == "acceptance":
+        positions = ", ".join(f"{share:.0%}" for share in t["per_position"][:4])
+        other = "prompt lookup (for text that copies the prompt) or" if method != "prompt-lookup" else ""
+        return (
+            f"{speedup}: held back by acceptance. The target kept {t['alpha']:.0%} of the drafted tokens "
+            f"(by position: {positions}), so each target forward emitted only τ = {t['tau']:.2f} tokens. "
+            f"Try {other} a shorter γ, or a draft that knows this target better."
+        )
+    if term == "draft cost":
+        return (
+            f"{speedup}: held back by the draft's cost. Drafting {t['gamma']:.1f} tokens cost "
+            f"{t['gamma'] * t['c']:.2f} target steps (c = {t['c']:.2f} per token) for τ = {t['tau']:.2f} tokens. "
+            "Try a shorter γ or a cheaper drafter (prompt lookup costs nothing)."
+        )
+    if term == "verify cost":
+        return (
+            f"{speedup}: held back by the verify's cost. Checking {t['gamma'] + 1:.0f} tokens in one forward cost "
+            f"{t['verify_ratio']:.2f} target steps (ideal: 1) for τ = {t['tau']:.2f} tokens. Try a shorter γ "
+            "(`python -m specdemo profile` shows where the forward grows with the number of tokens)."
+        )
+    return (
+        f"{speedup}: acceptance ({t['alpha']:.0%}), draft cost (γ·c = {t['gamma'] * t['c']:.2f}) and verify cost "
+        f"({t['verify_ratio']:.2f} steps) are each fair, but together with the step's other work "
+        f"({t['rest_ratio']:.2f} steps) they leave τ = {t['tau']:.2f} tokens too little margin: a longer "
+        "answer or a better draft would show the gain."
+    )
+
+
+def limited_by(
+    baseline: Sequence, speculative: Sequence, method: str = "draft", speedup: float | None = None
+) -> dict | None:
+    """When a run's measured speedup is below SLOW: {term, text, terms}; otherwise None.
+    ``speedup``: the run's wall-clock speedup where the caller has one (else from the step clocks)."""
+    terms = run_terms(baseline, speculative)
+    if terms is not None and speedup is not None:
+        terms["speedup"] = speedup
+    if terms is None or terms["speedup"] >= SLOW:
+        return None
+    past = shortfalls(terms)
+    term = max(past, key=past.get)
+    if past[term] <= 0:
+        term = "overheads"
+    return {"term": term, "text": explain_term(term, terms, method), "terms": terms}

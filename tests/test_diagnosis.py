@@ -1,0 +1,68 @@
+""" "Why no speedup?" on synthetic step records: each term is named when it is the one at fault."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdemo.decoding.steps import Step
+from specdemo.measure.diagnosis import limited_by, per_position_acceptance, run_terms
+
+T_T = 0.030  # one target step
+
+
+def baseline(n: int = 40) -> list[Step]:
+    return [Step(i, emitted=[1], verify_s=T_T) for i in range(n)]
+
+
+def speculative(n: int, gamma: int, accepted: list[int], draft_s: float, verify_ratio: float, rest_s=0.0):
+    """n steps drafting γ tokens, keeping accepted[i % len] of them, at the given costs."""
+    steps = []
+    for i in range(n):
+        kept = accepted[i % len(accepted)]
+        steps.append(
+            Step(
+                i,
+                drafted=[7] * gamma,
+                accepted=kept,
+                emitted=[7] * (kept + 1),
+                draft_s=draft_s * gamma,
+                verify_s=T_T * verify_ratio,
+                rest_s=rest_s,
+            )
+        )
+    return steps
+
+
+def test_per_position_acceptance_counts_the_steps_that_reached_each_position():
+    steps = [Step(0, drafted=[1, 2, 3], accepted=0), Step(1, drafted=[1, 2, 3], accepted=2), Step(2, drafted=[1])]
+    assert per_position_acceptance(steps) == [pytest.approx(1 / 3), 0.5, 0.0]
+
+
+def test_low_acceptance_is_named_with_the_positions_where_drafts_fail():
+    why = limited_by(baseline(), speculative(30, 3, [0, 0, 1], draft_s=0.002, verify_ratio=1.1))
+    assert why["term"] == "acceptance"
+    assert "kept 11%" in why["text"] and "by position: 33%, 0%, 0%" in why["text"]
+    assert "prompt lookup" in why["text"]
+
+
+def test_an_expensive_draft_is_named():
+    why = limited_by(baseline(), speculative(30, 4, [3, 4, 2], draft_s=0.7 * T_T, verify_ratio=1.1))
+    assert why["term"] == "draft cost" and "c = 0.70" in why["text"]
+
+
+def test_an_expensive_verify_is_named():
+    why = limited_by(baseline(), speculative(30, 4, [2, 3, 1], draft_s=0.02 * T_T, verify_ratio=2.6))
+    assert why["term"] == "verify cost" and "2.60 target steps" in why["text"]
+
+
+def test_when_no_term_is_at_fault_the_overheads_are():
+    why = limited_by(baseline(), speculative(30, 2, [2, 1], draft_s=0.05 * T_T, verify_ratio=1.1, rest_s=1.5 * T_T))
+    assert why["term"] == "overheads"
+
+
+def test_control_a_fast_run_says_nothing_and_a_wall_clock_speedup_overrides():
+    fast = speculative(30, 4, [4, 3, 4], draft_s=0.02 * T_T, verify_ratio=1.1)
+    assert run_terms(baseline(), fast)["speedup"] > 2
+    assert limited_by(baseline(), fast) is None
+    assert limited_by(baseline(), fast, speedup=0.9)["term"] == "overheads"
+    assert limited_by(baseline(), []) is None  # nothing drafted: nothing to say

@@ -1,0 +1,152 @@
+"""The feature drafter (EAGLE-3 style) on tiny random targets: lossless (greedy identity, χ² with
+sampling), the hidden-state bookkeeping across rejections (a control with stale features fails),
+loading and refusal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import llama
+from test_sampling import PROMPT, SAMPLES, TARGET, chi2_pvalue, exact_joint
+
+from specdemo.decoding import feature
+from specdemo.decoding.engine import DecodeConfig, decode_steps, run_all, sample_many
+from specdemo.decoding.feature import FeatureDrafter, FeatureHead, config_for, save_feature_head
+from specdemo.decoding.kv import CachedLM
+from specdemo.decoding.sampling import SamplingConfig
+from specdemo.errors import InputError, ModelLoadError
+
+
+def random_head(target, seed: int = 0, layers=(0, 1, 2), draft_ids=None) -> FeatureHead:
+    torch.manual_seed(seed)
+    vocab = target.config.vocab_size
+    head = FeatureHead(config_for(target, layers, draft_ids or list(range(vocab))))
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_(0, 0.3)
+    return head.eval()
+
+
+@pytest.fixture(scope="module")
+def target():
+    return llama(3, 0)
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 4])
+@pytest.mark.parametrize("draft_vocab", [None, 40])
+def test_greedy_output_is_the_targets_generate(target, gamma, draft_vocab):
+    head = random_head(target, seed=gamma, draft_ids=list(range(draft_vocab)) if draft_vocab else None)
+    for prompt in ([1, 5, 9, 13], [3, 3, 7, 2, 8, 20, 4]):
+        expected = target.generate(
+            torch.tensor([prompt]), max_new_tokens=40, do_sample=False, eos_token_id=None, pad_token_id=0
+        )[0, len(prompt) :].tolist()
+        run = run_all(decode_steps(target, head, prompt, DecodeConfig(max_new_tokens=40, gamma=gamma)))
+        assert run.token_ids == expected
+        assert run.steps[0].drafted == []  # the first step only lets the target read the prompt
+        assert any(s.accepted < len(s.drafted) for s in run.steps)  # rejections happened
+
+
+def test_the_feature_kept_at_position_t_is_what_the_target_predicted_token_t_plus_1_from(target):
+    """The pairing every port must get right: f_t (here the last hidden state) → the target's head
+    → exactly the target's logits for token t+1."""
+    lm = CachedLM(target, feature_layers=(3,))
+    logits = lm.logits_after([1, 5, 9, 13], [7, 2])  # predicting 7, 2 and the token after them
+    with torch.no_grad():
+        assert torch.allclose(target.lm_head(lm.features[-3:]), logits, atol=1e-5)
+
+
+def test_target_features_follow_the_cache_across_rejections(target):
+    lm = CachedLM(target, feature_layers=(0, 3))
+    lm.forward([1, 2, 3, 4, 5], keep=1)
+    assert lm.features.shape == (5, 2 * target.config.hidden_size)
+    before = lm.features[:3].clone()
+    lm.rollback_to(3)
+    assert lm.features.shape[0] == 3 == len(lm.fed) and torch.equal(lm.features, before)
+    lm.forward([9, 9], keep=2)
+    fresh = CachedLM(target, feature_layers=(0, 3))
+    fresh.forward([1, 2, 3, 9, 9], keep=1)
+    assert torch.allclose(lm.features, fresh.features, atol=1e-5)
+
+
+def drafts_match_a_fresh_drafter(target, head, prompt, steps: int = 12, gamma: int = 3) -> bool:
+    """Run the chain; before every step compare the live drafter's draft and q with a drafter
+    built from scratch on the same verified tokens (fresh caches, features recomputed)."""
+    from specdemo.decoding import engine
+
+    seen = []
+    original = engine.FeatureDrafter.propose
+
+    def checked(self, tokens, n, sampling, generator):
+        draft = original(self, tokens, n, sampling, generator)
+        if not len(self.target.features):
+            return draft  # the first step: nothing to draft from yet
+        lm = CachedLM(target, head.cfg.layers)
+        lm.forward(tokens[:-1], keep=1)
+        fresh = original(FeatureDrafter(head, lm, lm.vocab_size), tokens, n, sampling, generator)
+        seen.append(
+            draft.ids == fresh.ids and (draft.probs is None or torch.allclose(draft.probs, fresh.probs, atol=1e-5))
+        )
+        return draft
+
+    engine.FeatureDrafter.propose = checked
+    try:
+        run_all(decode_steps(target, head, prompt, DecodeConfig(max_new_tokens=steps * 2, gamma=gamma)))
+    finally:
+        engine.FeatureDrafter.propose = original
+    return all(seen) and len(seen) > 3
+
+
+def test_the_heads_cache_is_cropped_to_target_verified_positions(target):
+    assert drafts_match_a_fresh_drafter(target, random_head(target, 3), [1, 5, 9, 13])
+
+
+def test_control_stale_features_are_caught(target, monkeypatch):
+    """Keeping the head's entries built on its own h (instead of cropping them) must be caught."""
+    monkeypatch.setattr(FeatureDrafter, "rollback_to", lambda self, positions: None)
+    assert not drafts_match_a_fresh_drafter(target, random_head(target, 3), [1, 5, 9, 13])
+
+
+def test_first_tokens_follow_the_target_distribution():
+    """γ = 1, 3 tokens: step 1 reads the prompt, step 2 drafts one token from the target's features
+    and tests it by the rule (then a correction or a bonus): the 3-token joint must be the target's."""
+    sampling = SamplingConfig(temperature=1.0, seed=11)
+    head = random_head(TARGET, seed=5)
+    samples = sample_many(TARGET, head, PROMPT, DecodeConfig(max_new_tokens=3, gamma=1, sampling=sampling), SAMPLES)
+    assert chi2_pvalue(samples, exact_joint(TARGET, PROMPT, sampling, length=3)) > 1e-3
+
+
+def test_second_drafted_position_follows_the_target_distribution():
+    """γ = 2, 4 tokens: tokens 3 and 4 come from step 2's two drafts (the second drafted from the
+    head's own h): their joint, summed over tokens 1 and 2, must be the target's."""
+    sampling = SamplingConfig(temperature=0.9, top_k=6, seed=12)
+    head = random_head(TARGET, seed=6)
+    samples = sample_many(TARGET, head, PROMPT, DecodeConfig(max_new_tokens=4, gamma=2, sampling=sampling), SAMPLES)
+    joint = exact_joint(TARGET, PROMPT, sampling, length=4).sum(dim=(0, 1))
+    assert chi2_pvalue([s[2:4] for s in samples], joint) > 1e-3
+
+
+def test_save_load_and_refuse_another_target(tmp_path, tiny_folders):
+    from specdemo.models import load_model, load_pair
+
+    target_model, _ = load_model(str(tiny_folders["target"]))
+    head = random_head(target_model, layers=(0, 1, 2), draft_ids=list(range(0, 200, 2)))
+    save_feature_head(head, tmp_path / "feature")
+    pair = load_pair(str(tiny_folders["target"]), str(tmp_path / "feature"))
+    assert isinstance(pair.draft, FeatureHead) and pair.draft.cfg.layers == (0, 1, 2)
+    assert torch.allclose(pair.draft.head.weight, head.head.weight.half().float())
+    run = run_all(decode_steps(pair.target, pair.draft, [5, 6, 7], DecodeConfig(max_new_tokens=12, gamma=2)))
+    assert len(run.token_ids) == 12
+    other = llama(2, 1)
+    other.save_pretrained(tmp_path / "other")
+    import shutil
+
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (tiny_folders["target"] / name).exists():
+            shutil.copy(tiny_folders["target"] / name, tmp_path / "other" / name)
+    with pytest.raises(
+        ModelLoadError, match="feature drafter .* reads the hidden states of the target it was trained on"
+    ):
+        load_pair(str(tmp_path / "other"), str(tmp_path / "feature"))
+    with pytest.raises(InputError, match="feature drafter"):
+        run_all(decode_steps(pair.target, pair.draft, [5, 6], DecodeConfig(max_new_tokens=4, method="tree")))
+    assert feature.is_feature_drafter(str(tmp_path / "feature")) and not feature.is_feature_drafter(str(tmp_path))
