@@ -1,0 +1,290 @@
+"""Train a feature drafter (``decoding/feature.py``) for SmolLM2-135M-Instruct on a CPU.
+
+    python -m specdemo.recipes.feature --data ~/.cache/specdemo/data/feature-v1 --out assets/models/smollm2-feature
+
+1. data: target-written answers in shards (``distill_data.py``; the recipe's own data generation,
+   resumable: ``--generate`` runs it first);
+2. features: ONE parallel target forward over each stored sequence gives its hidden states at the
+   head's layers (kept in fp16 in memory: 3.5 KB a token) and the target's own next-token
+   distribution at every position (from the final hidden state, over the draft's N tokens);
+3. the head: initialised from the target (its last decoder layer, its head's N rows, g = the high
+   feature), trained to match the target's next-token distribution (soft cross-entropy on answer
+   positions) at draft position 1 (the target's features) and, "training-time test", at position 2
+   (the head's own h in place of the feature it will not have yet, attending to position-1 keys as
+   it does when drafting), loss CE_1 + 0.8 · CE_2. One answer in 25 is held out: "agreement" is how
+   often the head's argmax is the target's next token there.
+Checkpoints after every epoch under ``--work``; ``--resume`` continues from the last one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from specdemo.decoding.feature import FeatureHead, config_for, default_layers, save_feature_head
+from specdemo.decoding.vocab import load_ranking, subset_ids
+
+
+@dataclass
+class FeatureTrainConfig:
+    draft_vocab: int = 8192
+    epochs: int = 4
+    batch_size: int = 8  # sequences per optimiser step
+    lr: float = 1e-3
+    ttt_weight: float = 0.8  # weight of the position-2 ("training-time test") loss; 0 = position 1 only
+    max_rows: int = 0  # 0 = every stored answer
+    seed: int = 0
+    threads: int = 2
+
+
+def load_rows(folder: Path, limit: int = 0) -> list[dict]:
+    rows = []
+    for path in sorted(folder.glob("shard-*.pt")):
+        rows += [r for r in torch.load(path)["rows"] if len(r["answer"]) > 2]
+        if limit and len(rows) >= limit:
+            return rows[:limit]
+    return rows
+
+
+@torch.inference_mode()
+def extract(target, rows: list[dict], layers: tuple[int, ...], draft_ids: torch.Tensor, batch: int = 8) -> list[dict]:
+    """Per sequence: tokens, answer start, target features [T, 3H] (fp16) and the target's next-token
+    distribution over the draft ids [T, N] as top-32 (ids, probs) to keep memory small."""
+    head_rows = target.get_output_embeddings().weight[draft_ids]
+    out, start = [], time.time()
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["prompt"]) + len(rows[i]["answer"]))
+    for b in range(0, len(order), batch):
+        chunk = [rows[i] for i in order[b : b + batch]]
+        seqs = [r["prompt"] + r["answer"] for r in chunk]
+        width = max(map(len, seqs))
+        ids = torch.zeros(len(seqs), width, dtype=torch.long)
+        mask = torch.zeros(len(seqs), width, dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s)], mask[i, : len(s)] = torch.tensor(s), 1
+        hs = target(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        feats = torch.cat([hs[i] for i in layers], -1)
+        logits = hs[-1] @ head_rows.T  # the target's logits over the draft ids (final hidden is normed)
+        top = logits.float().softmax(-1).topk(32, dim=-1)
+        for i, (r, s) in enumerate(zip(chunk, seqs, strict=True)):
+            n = len(s)
+            out.append(
+                {
+                    "ids": s,
+                    "answer_start": len(r["prompt"]),
+                    "feats": feats[i, :n].half(),
+                    "top_ids": top.indices[i, :n].to(torch.int16),
+                    "top_p": top.values[i, :n].half(),
+                }
+            )
+        done = b + len(chunk)
+        if (b // batch) % 20 == 0:
+            tokens = sum(len(o["ids"]) for o in out)
+            print(f"[features] {done}/{len(rows)} sequences, {tokens / (time.time() - start):.0f} tok/s", flush=True)
+    return out
+
+
+def init_from_target(head: FeatureHead, target, draft_ids: torch.Tensor) -> None:
+    """The target's last decoder layer and its head's N rows; g = the high feature; x = g."""
+    layer = target.model.layers[-1]
+    h = head.cfg.hidden
+    with torch.no_grad():
+        pairs = {
+            head.layer.q: layer.self_attn.q_proj,
+            head.layer.k: layer.self_attn.k_proj,
+            head.layer.v: layer.self_attn.v_proj,
+            head.layer.o: layer.self_attn.o_proj,
+            head.layer.gate: layer.mlp.gate_proj,
+            head.layer.up: layer.mlp.up_proj,
+            head.layer.down: layer.mlp.down_proj,
+        }
+        for mine, theirs in pairs.items():
+            mine.weight.copy_(theirs.weight)
+        head.layer.attn_norm.weight.copy_(layer.input_layernorm.weight)
+        head.layer.mlp_norm.weight.copy_(layer.post_attention_layernorm.weight)
+        head.norm.weight.copy_(target.model.norm.weight)
+        head.head.weight.copy_(target.get_output_embeddings().weight[draft_ids])
+        head.fuse.weight.zero_()
+        head.fuse.weight[:, -h:].copy_(torch.eye(h))
+        head.mix.weight.zero_()
+        head.mix.weight[:, h:].copy_(torch.eye(h))
+
+
+def soft_targets(items: list[dict], width: int, n_vocab: int) -> torch.Tensor:
+    """[B, width, N] target probabilities (top-32, the rest 0) at positions 1..width."""
+    out = torch.zeros(len(items), width, n_vocab)
+    for b, it in enumerate(items):
+        n = min(width, len(it["ids"]) - 1)
+        out[b, :n].scatter_(-1, it["top_ids"][1 : n + 1].long(), it["top_p"][1 : n + 1].float())
+    return out
+
+
+def position2_pass(head: FeatureHead, embeds, h1, positions):
+    """Draft position 2 for every j at once: input (h1_{j−1}, token j); keys/values: position-1
+    keys of positions < j plus its own (what drafting the second token attends to)."""
+    layer, cfg = head.layer, head.cfg
+    b, n, _ = embeds.shape
+    own = torch.cat([h1[:, :1] * 0, h1[:, :-1]], 1)  # h1 at j−1 stands in for f_{j−1}
+    x = head.mix(torch.cat([embeds, own], -1))
+    y = layer.attn_norm(x)
+    q = layer.q(y).view(b, n, cfg.heads, cfg.head_dim).transpose(1, 2)
+    k2 = layer.k(y).view(b, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+    v2 = layer.v(y).view(b, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+    from specdemo.decoding.feature import rotate
+
+    q, k2 = rotate(q, positions, cfg.rope_theta), rotate(k2, positions, cfg.rope_theta)
+    return x, q, k2, v2
+
+
+def losses(head: FeatureHead, embed, items: list[dict], ttt_weight: float):
+    width = max(len(it["ids"]) for it in items) - 1  # head positions 1..T−1
+    b = len(items)
+    ids = torch.zeros(b, width, dtype=torch.long)
+    feats = torch.zeros(b, width, items[0]["feats"].shape[-1])
+    weight = torch.zeros(b, width)
+    for i, it in enumerate(items):
+        n = len(it["ids"]) - 1
+        ids[i, :n] = torch.tensor(it["ids"][1:])
+        feats[i, :n] = it["feats"][:n].float()
+        weight[i, max(0, it["answer_start"] - 1) : n] = 1.0  # positions predicting answer tokens
+    positions = torch.arange(1, width + 1)
+    embeds = embed(ids)
+    target = soft_targets(items, width, head.head.weight.shape[0])
+    # position 1: the target's features (padding positions sit after each sequence: causal, masked)
+    h1, logits1 = head(embeds, feats, positions)
+    ce1 = -(target * logits1.log_softmax(-1)).sum(-1)
+    loss = (ce1 * weight).sum() / weight.sum()
+    agree = ((logits1.argmax(-1) == target.argmax(-1)).float() * weight).sum() / weight.sum()
+    if ttt_weight:
+        layer, cfg = head.layer, head.cfg
+        y1 = layer.attn_norm(head.mix(torch.cat([embeds, head.fuse(feats)], -1)))
+        k1 = rotate_k(layer, y1, positions, cfg)
+        v1 = layer.v(y1).view(b, width, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        x, q, k2, v2 = position2_pass(head, embeds, h1, positions)
+        rep = cfg.heads // cfg.kv_heads
+        keys = torch.cat([k1, k2], 2).repeat_interleave(rep, 1)
+        values = torch.cat([v1, v2], 2).repeat_interleave(rep, 1)
+        earlier = torch.ones(width, width, dtype=torch.bool).tril(-1)  # position-1 keys before j
+        mask = torch.cat([earlier, torch.eye(width, dtype=torch.bool)], 1)
+        a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        x = x + layer.o(a.transpose(1, 2).reshape(b, width, -1))
+        y = layer.mlp_norm(x)
+        h2 = x + layer.down(F.silu(layer.gate(y)) * layer.up(y))
+        logits2 = head.head(head.norm(h2))
+        # the second draft at j predicts token j+1 from (h1_{j−1}, token j): same target row as ce1
+        w2 = weight.clone()
+        w2[:, 0] = 0
+        ce2 = -(target * logits2.log_softmax(-1)).sum(-1)
+        loss = loss + ttt_weight * (ce2 * w2).sum() / w2.sum().clamp_min(1)
+    return loss, float(agree)
+
+
+def rotate_k(layer, y, positions, cfg):
+    from specdemo.decoding.feature import rotate
+
+    b, n, _ = y.shape
+    return rotate(layer.k(y).view(b, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2), positions, cfg.rope_theta)
+
+
+@torch.no_grad()
+def held_out_agreement(head: FeatureHead, embed, items: list[dict]) -> float:
+    scores = [losses(head, embed, items[i : i + 8], 0.0)[1] for i in range(0, len(items), 8)]
+    return sum(scores) / max(1, len(scores))
+
+
+def train(head: FeatureHead, embed, items: list[dict], cfg: FeatureTrainConfig, work: Path, resume: bool) -> float:
+    rng = random.Random(cfg.seed)
+    held = items[::25]
+    train_items = [it for i, it in enumerate(items) if i % 25]
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    total = cfg.epochs * (len(train_items) // cfg.batch_size)
+    step, first_epoch = 0, 0
+    ckpt = work / "feature-head.ckpt"
+    if resume and ckpt.exists():
+        state = torch.load(ckpt)
+        head.load_state_dict(state["head"])
+        opt.load_state_dict(state["opt"])
+        first_epoch, step = state["epoch"] + 1, state["step"]
+        print(f"[train] resumed after epoch {state['epoch']}", flush=True)
+    print(f"[train] agreement before: {held_out_agreement(head, embed, held):.3f}", flush=True)
+    start = time.time()
+    for epoch in range(first_epoch, cfg.epochs):
+        # batches of similar lengths (little padding), in a shuffled order
+        ordered = sorted(train_items, key=lambda it: len(it["ids"]))
+        batches = [ordered[i : i + cfg.batch_size] for i in range(0, len(ordered), cfg.batch_size)]
+        rng.shuffle(batches)
+        for batch in batches:
+            lr = cfg.lr * 0.5 * (1 + torch.cos(torch.tensor(3.14159 * min(1.0, step / max(1, total)))).item())
+            for g in opt.param_groups:
+                g["lr"] = max(lr, cfg.lr * 0.05)
+            loss, agree = losses(head, embed, batch, cfg.ttt_weight)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            if step % 50 == 0:
+                print(
+                    f"[train] epoch {epoch} step {step}/{total} loss {loss.item():.3f} agree {agree:.3f} "
+                    f"({(time.time() - start) / 60:.1f} min)",
+                    flush=True,
+                )
+        score = held_out_agreement(head, embed, held)
+        print(f"[train] epoch {epoch} held-out agreement {score:.3f}", flush=True)
+        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "epoch": epoch, "step": step}, ckpt)
+    return held_out_agreement(head, embed, held)
+
+
+def main(argv=None):
+    from transformers import AutoModelForCausalLM
+
+    from specdemo.models import SMOLLM2_DRAFT, smollm2
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=smollm2.cache_dir() / "data" / "feature-v1")
+    parser.add_argument("--out", type=Path, default=Path("assets/models/smollm2-feature"))
+    parser.add_argument("--work", type=Path, default=smollm2.cache_dir() / "feature-work")
+    parser.add_argument("--resume", action="store_true")
+    for name, value in vars(FeatureTrainConfig()).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    args = parser.parse_args(argv)
+    cfg = FeatureTrainConfig(**{k: getattr(args, k) for k in vars(FeatureTrainConfig())})
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    args.work.mkdir(parents=True, exist_ok=True)
+    target = AutoModelForCausalLM.from_pretrained(smollm2.resolve_target(), dtype=torch.float32).eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    vocab = target.get_output_embeddings().weight.shape[0]
+    eos = [target.config.eos_token_id] if isinstance(target.config.eos_token_id, int) else []
+    draft_ids = subset_ids(load_ranking(SMOLLM2_DRAFT, vocab), cfg.draft_vocab, eos)
+    layers = default_layers(target.config.num_hidden_layers)
+    rows = load_rows(args.data, cfg.max_rows)
+    answer_tokens = sum(len(r["answer"]) for r in rows)
+    print(f"[data] {len(rows)} answers, {answer_tokens} answer tokens from {args.data}", flush=True)
+    items = extract(target, rows, layers, torch.tensor(draft_ids))
+    head = FeatureHead(config_for(target, layers, draft_ids))
+    init_from_target(head, target, torch.tensor(draft_ids))
+    started = time.time()
+    score = train(head, target.get_input_embeddings(), items, cfg, args.work, args.resume)
+    minutes = (time.time() - started) / 60
+    card = (
+        "# SmolLM2-135M-Instruct feature drafter (EAGLE-3 style)\n\n"
+        f"Reads the target's hidden states at layers {layers} (indices into `hidden_states`); one decoder\n"
+        f"layer; scores the {cfg.draft_vocab} most frequent target tokens. Trained by\n"
+        f"`python -m specdemo.recipes.feature` on {len(rows)} target-written answers ({answer_tokens} answer\n"
+        f"tokens), {cfg.epochs} epochs, {minutes:.0f} min on {cfg.threads} CPU threads. Held-out agreement with\n"
+        f"the target's next token (draft position 1): {score:.3f}.\n"
+    )
+    save_feature_head(head.eval(), args.out, card)
+    print(f"feature drafter: held-out agreement {score:.3f}, saved to {args.out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
