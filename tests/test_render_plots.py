@@ -5,7 +5,7 @@ from __future__ import annotations
 from specdemo.decoding.engine import Step
 from specdemo.measure.race import RaceState
 from specdemo.view.plots import live_figures, running_speedup
-from specdemo.view.render import legend_html, summary_html, token_spans, tokens_html
+from specdemo.view.render import legend_html, step_table_html, summary_html, token_spans, tokens_html
 
 WORDS = {1: "a", 2: "<b>", 3: "c", 4: "d", 5: "&e", 6: "f", 7: "g"}
 decode = WORDS.__getitem__
@@ -107,3 +107,13 @@ def test_live_figures_hold_the_race_and_keep_zoom():
     assert list(histogram.data[0].y) == [0, 1, 1]
     # 5 tokens: baseline 0.100 s, speculative 0.062 s
     assert running_speedup(base_steps(), spec_steps())[-1] == (5, 0.1 / 0.062)
+
+
+def test_the_inspector_shows_the_rule_greedy_uses_and_the_one_sampling_uses():
+    step = Step(3, drafted=[1, 2, 3], q=[0.9, 0.8, 0.7], p=[0.6, 0.3, 0.2], accepted=1, correction=4, emitted=[1, 4])
+    greedy = step_table_html(step, decode, greedy=True)
+    assert "<th>rule</th>" in greedy and "min(1, p/q)" not in greedy
+    assert greedy.count("argmax = draft") == 1 and greedy.count("argmax ≠ draft") == 1  # the third is unchecked
+    step.draws = [0.1, 0.95]
+    sampled = step_table_html(step, decode, greedy=False)
+    assert "<th>min(1, p/q)</th>" in sampled and "<th>rule</th>" not in sampled and "0.950" in sampled

@@ -36,6 +36,7 @@ from specdemo.models.presets import (  # noqa: F401
     PROMPTS,
     QWEN_PROMPTS,
     SMOLLM2_DRAFT,
+    SMOLLM2_FEATURE,
     STORY_OPENINGS,
     Preset,
     default_preset_name,

@@ -15,6 +15,7 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
 BUNDLED_TARGET = str(ASSETS / "tinystories-target")
 BUNDLED_DRAFT = str(ASSETS / "tinystories-draft")
 SMOLLM2_DRAFT = str(ASSETS / "smollm2-draft")
+SMOLLM2_FEATURE = str(ASSETS / "smollm2-feature")  # a feature drafter (decoding/feature.py), when trained
 PROMPTS = ASSETS.parent / "prompts"
 
 
@@ -70,6 +71,22 @@ PRESETS = {
             examples=INSTRUCT_PROMPTS,
             draft_vocab=8192,
             gamma=2,  # measured best: see assets/models/smollm2-draft/README.md
+        ),
+        # The same target with a drafter that reads its hidden states (EAGLE-3 style), when trained here.
+        *(
+            [
+                Preset(
+                    "smollm2-135m-feature",
+                    smollm2.HUB_ID,
+                    SMOLLM2_FEATURE,
+                    target_options=LoadOptions(dtype="float32"),
+                    draft_options=LoadOptions(dtype="float32"),
+                    examples=INSTRUCT_PROMPTS,
+                    gamma=3,
+                )
+            ]
+            if Path(SMOLLM2_FEATURE, "feature_drafter.json").exists()
+            else []
         ),
         # The pair and quantization of the script the project started from.
         Preset(

@@ -217,19 +217,29 @@ def verdicts(step) -> list[str]:
 
 
 def step_table_html(step, decode, greedy: bool) -> str:
-    """The inspector's table: each drafted token with q(x), p(x), min(1, p/q), u and the verdict."""
+    """The inspector's table: each drafted token with q(x), p(x), the rule's test (sampling: min(1, p/q)
+    and u; greedy: whether the target's argmax is the draft) and the verdict."""
     if step.tree_parents:
         status = ["accepted" if i in step.tree_path else "not on the accepted path" for i in range(len(step.drafted))]
     else:
         status = verdicts(step)
-    head = "<tr><th>#</th><th>token</th><th>q(x)</th><th>p(x)</th><th>min(1, p/q)</th><th>u</th><th>verdict</th></tr>"
+    # Greedy does not use min(1, p/q) or u: the rule is "kept while it is the target's argmax".
+    columns = ["#", "token", "q(x)", "p(x)", *(["rule"] if greedy else ["min(1, p/q)", "u"]), "verdict"]
+    head = "<tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr>"
     rows = []
     for i, tok in enumerate(step.drafted):
-        u = f"{step.draws[i]:.3f}" if i < len(step.draws) and not step.tree_parents else "–"
+        if greedy:
+            if step.tree_parents:
+                rule = "argmax = draft" if i in step.tree_path else "–"
+            else:
+                rule = "argmax = draft" if i < step.accepted else ("argmax ≠ draft" if i == step.accepted else "–")
+            middle = f"<td>{rule}</td>"
+        else:
+            u = f"{step.draws[i]:.3f}" if i < len(step.draws) and not step.tree_parents else "–"
+            middle = f"<td>{step.accept_prob[i]:.3f}</td><td>{u}</td>"
         rows.append(
             f"<tr class='{status[i].split()[0]}'><td>{i + 1}</td><td><code>{html.escape(repr(decode(tok)))}</code></td>"
-            f"<td>{step.q[i]:.3f}</td><td>{step.p[i]:.3f}</td><td>{step.accept_prob[i]:.3f}</td><td>{u}</td>"
-            f"<td>{status[i]}</td></tr>"
+            f"<td>{step.q[i]:.3f}</td><td>{step.p[i]:.3f}</td>{middle}<td>{status[i]}</td></tr>"
         )
     last = step.emitted[-1] if step.emitted else None
     if step.correction is not None:
