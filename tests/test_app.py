@@ -247,6 +247,11 @@ def test_losslessness_check_flags_a_wrong_sampler(monkeypatch):
 def test_benchmark_tab():
     figure, table = tabs.benchmark(settings(max_new_tokens=12), gammas="1,3", repeats=1)
     assert "specdemo-speculative" in table and figure is not None
+    assert "<table class='bench'>" in table and "<pre" not in table  # a real table, not fixed-width text
+    headers = table.split("</tr>")[0]
+    assert headers.index("× baseline") < headers.index("acceptance")  # the figure that matters comes first
+    rows = table.split("</tr>")[1:-1]
+    assert all("–" not in row.split("</td>")[3] for row in rows)  # every row has its × baseline
     assert "⚠" in tabs.benchmark(settings(), gammas="x")[1]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from specdemo.decoding.steps import Step
-from specdemo.measure.diagnosis import limited_by, per_position_acceptance, run_terms
+from specdemo.measure.diagnosis import limited_by, run_terms
+from specdemo.measure.metrics import acceptance_per_position
 
 T_T = 0.030  # one target step
 
@@ -33,15 +34,15 @@ def speculative(n: int, gamma: int, accepted: list[int], draft_s: float, verify_
     return steps
 
 
-def test_per_position_acceptance_counts_the_steps_that_reached_each_position():
+def test_acceptance_per_position_is_conditional_on_the_positions_before():
     steps = [Step(0, drafted=[1, 2, 3], accepted=0), Step(1, drafted=[1, 2, 3], accepted=2), Step(2, drafted=[1])]
-    assert per_position_acceptance(steps) == [pytest.approx(1 / 3), 0.5, 0.0]
+    assert acceptance_per_position(steps) == [pytest.approx(1 / 3), 1.0, 0.0]
 
 
 def test_low_acceptance_is_named_with_the_positions_where_drafts_fail():
     why = limited_by(baseline(), speculative(30, 3, [0, 0, 1], draft_s=0.002, verify_ratio=1.1))
     assert why["term"] == "acceptance"
-    assert "kept 11%" in why["text"] and "by position: 33%, 0%, 0%" in why["text"]
+    assert "kept 11%" in why["text"] and "by position: 33%, 0%)" in why["text"]
     assert "prompt lookup" in why["text"]
 
 

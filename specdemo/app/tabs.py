@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from html import escape
-
 from specdemo.app import model_thread
 from specdemo.app.settings import (
     KEEP,
@@ -13,7 +11,7 @@ from specdemo.app.settings import (
     prepare,
 )
 from specdemo.errors import InputError
-from specdemo.measure.bench import ENGINES, format_table, run_bench
+from specdemo.measure.bench import ENGINES, run_bench, table_cells
 from specdemo.measure.lossless import check_lossless
 from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens
 from specdemo.view import trace as traces
@@ -22,6 +20,7 @@ from specdemo.view.plots import (
     lossless_figure,
     theory_figure,
 )
+from specdemo.view.render import table_html
 
 
 def parse_gammas(text: str) -> list[int]:
@@ -51,8 +50,13 @@ def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_t
             progress=True,
             engines=engines,
         )
-        table = escape(format_table(result))
-        return gamma_sweep_figure(result["rows"]), f"<pre style='overflow-x:auto'>{table}</pre>"
+        headers, rows = table_cells(result)
+        t_t = next(r["t_target"] for r in result["rows"] if r["engine"] == "specdemo-baseline")
+        note = (
+            f"× baseline: tokens/s over specdemo's own baseline, same weights, wall clock. "
+            f"t_t (one target step) = {t_t * 1e3:.1f} ms on {result['device']}."
+        )
+        return gamma_sweep_figure(result["rows"]), table_html(headers, rows, note)
     except Exception as error:
         return None, f"<p>⚠ {friendly(error)}</p>"
 

@@ -18,20 +18,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
+from specdemo.measure.metrics import acceptance_per_position, acceptance_rate, mean_accepted_tokens, tokens_per_second
 
 SLOW = 1.15  # below this measured speedup the summary says why
 GOOD = {"acceptance": 0.6, "draft cost": 0.25, "verify cost": 1.2}
-
-
-def per_position_acceptance(steps: Sequence) -> list[float]:
-    """Of the steps that drafted an i-th token, the share whose i-th token was kept (i = 1, 2, …)."""
-    longest = max((len(s.drafted) for s in steps), default=0)
-    shares = []
-    for i in range(1, longest + 1):
-        reached = [s for s in steps if len(s.drafted) >= i]
-        shares.append(sum(s.accepted >= i for s in reached) / len(reached))
-    return shares
 
 
 def run_terms(baseline: Sequence, speculative: Sequence) -> dict | None:
@@ -49,7 +39,7 @@ def run_terms(baseline: Sequence, speculative: Sequence) -> dict | None:
     return {
         "speedup": tokens_per_second(speculative) / base_tps if base_tps else 0.0,
         "alpha": acceptance_rate(speculative),
-        "per_position": per_position_acceptance(speculative),
+        "per_position": acceptance_per_position(speculative),
         "tau": mean_accepted_tokens(speculative),
         "gamma": gamma,
         "c": sum(s.draft_s for s in drafting) / drafted / t_t,

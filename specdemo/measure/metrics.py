@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 
@@ -26,6 +27,18 @@ def acceptance_rate(steps: Sequence) -> float:
 def mean_accepted_tokens(steps: Sequence) -> float:
     """τ: emitted tokens per target verify forward (each step is one target forward)."""
     return emitted_tokens(steps) / len(steps) if steps else 0.0
+
+
+def acceptance_per_position(steps) -> list[float]:
+    """α_i: how often the i-th drafted token is kept, given the ones before it were (chains only)."""
+    tested, kept = Counter(), Counter()
+    for s in steps:
+        if s.tree_parents:
+            continue
+        for i in range(min(len(s.drafted), s.accepted + 1)):
+            tested[i] += 1
+            kept[i] += i < s.accepted
+    return [kept[i] / tested[i] for i in sorted(tested)]
 
 
 def tokens_per_second(steps: Sequence) -> float:

@@ -264,3 +264,11 @@ def step_table_html(step, decode, greedy: bool) -> str:
         f"<p><b>Step {step.index}</b>: {len(step.drafted)} drafted, {step.accepted} accepted; {tail}. "
         f"<i>{rule}</i></p><table class='inspector'>{head}{''.join(rows)}</table>"
     )
+
+
+def table_html(headers: list[str], rows: list[list[str]], note: str = "", css_class: str = "bench") -> str:
+    """A plain HTML table (scrolls sideways inside its box if it must), with a note under it."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    caption = f"<p class='note'>{html.escape(note)}</p>" if note else ""
+    return f"<div style='overflow-x:auto'><table class='{css_class}'><tr>{head}</tr>{body}</table></div>{caption}"
