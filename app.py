@@ -250,8 +250,9 @@ def build_demo() -> gr.Blocks:
             preset_fields,
             preset,
             [target_id, draft_id, quantization, dtype, chat_template, draft_vocab, gamma, example, prompt],
+            api_visibility="private",
         )
-        example.change(lambda e: e or KEEP, example, prompt)
+        example.change(lambda e: e or KEEP, example, prompt, api_visibility="private")
         outputs = dict(zip(("baseline_pane", "speculative_pane", "summary"), (base_pane, spec_pane, summary)))
         outputs |= dict(race_plot=race_plot, speedup_plot=speedup_plot, acceptance_plot=acceptance_plot)
         outputs |= dict(histogram_plot=histogram_plot, breakdown_plot=breakdown_plot, status=status, trace=last_trace)
@@ -260,7 +261,7 @@ def build_demo() -> gr.Blocks:
         race_api = dict(api_visibility="public", api_name="race")  # the live race as a stream a client can cancel
         run_btn.click(run, inputs_kwargs=settings, outputs=race_outputs, **(model_event | race_api))
         trace_file.upload(race.replay, trace_file, race_outputs, api_visibility="private")
-        stop_btn.click(stop, None, status, queue=False)
+        stop_btn.click(stop, None, status, queue=False, api_visibility="private")
         export_btn.click(export, last_trace, export_btn, api_visibility="private")
 
         inspector_out = [stepper, step_html, step_plot, step_slider]

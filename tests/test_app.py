@@ -362,3 +362,8 @@ def app_queue_size() -> int:
     import app
 
     return app.demo._queue.max_size
+
+
+def test_the_api_page_lists_only_the_public_endpoints(client):
+    endpoints = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
+    assert endpoints == {"/race", "/compare"}
