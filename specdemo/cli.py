@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from specdemo.decoding.engine import DecodeConfig, sample_many, validate_config
 from specdemo.decoding.sampling import SamplingConfig
@@ -120,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--csv", default=None)
     bench.add_argument("--plot", default=None, help="write the speedup-vs-γ figure as HTML")
+    bench.add_argument("--tasks", action="store_true", help="methods × tasks on assets/prompts/tasks/ instead")
+    bench.add_argument("--methods", default="draft,prompt-lookup", help="--tasks: draft, feature, prompt-lookup")
+    bench.add_argument("--task-names", default=None, help="--tasks: a comma-separated subset of the task files")
+    bench.add_argument("--out", default=None, help="--tasks: also write the table as JSON here")
     prof = sub.add_parser("profile", help="verify cost: one target (and draft) forward of k new tokens, split by part")
     add_pair_args(prof)
     prof.add_argument("--threads", type=int, default=None, help="torch threads (default: as the app sets them)")
@@ -238,7 +243,44 @@ def bench_prompts(path) -> list[str]:
     return prompts
 
 
+TASK_METHODS = ("draft", "feature", "prompt-lookup")
+
+
+def cmd_tasks(args) -> None:
+    from specdemo.measure.tasks import encode_entry, format_tasks, load_tasks, run_tasks
+    from specdemo.models import SMOLLM2_FEATURE
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods or set(methods) - set(TASK_METHODS):
+        raise InputError(f"--methods takes some of {', '.join(TASK_METHODS)}, got {args.methods!r}")
+    names = [t.strip() for t in args.task_names.split(",")] if args.task_names else None
+    tasks = load_tasks(names=names)
+    if not tasks:
+        raise InputError(f"no task files match --task-names {args.task_names!r}")
+    pair = load_from_args(args)
+    preset = PRESETS[args.preset]
+    drafters = {}
+    for m in methods:
+        if m == "draft":
+            drafters[m] = (pair.draft, preset.gamma, "draft")
+        elif m == "prompt-lookup":
+            drafters[m] = (None, 4, "prompt-lookup")
+        else:
+            feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
+            drafters[m] = (feature.draft, PRESETS.get("smollm2-135m-feature", preset).gamma, "draft")
+    ids = {
+        t: [encode_entry(pair.tokenizer, e, not args.no_chat_template) for e in entries] for t, entries in tasks.items()
+    }
+    result = run_tasks(pair.target, drafters, ids, args.max_new_tokens, pair.eos, progress=not args.json)
+    result |= {"preset": args.preset, "gammas": {m: g for m, (_, g, _) in drafters.items()}}
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps(result) if args.json else format_tasks(result))
+
+
 def cmd_bench(args) -> None:
+    if args.tasks:
+        return cmd_tasks(args)
     from specdemo.measure.bench import format_table, run_bench, to_json, write_csv
     from specdemo.view.plots import gamma_sweep_figure
 

@@ -131,3 +131,42 @@ def test_profile_times_a_forward_and_crops_the_cache_back(tiny_folders):
     assert lm.cache.get_seq_length() == 30 == len(lm.fed)  # the 5 new positions are gone again
     rows = [ProfileRow(1, 30, 10.0), ProfileRow(3, 30, 12.5), ProfileRow(1, 60, 20.0), ProfileRow(3, 60, 30.0)]
     assert ratio_curve(rows) == {30: {1: 1.0, 3: 1.25}, 60: {1: 1.0, 3: 1.5}}
+
+
+def test_the_task_suite_has_every_task_type_with_at_least_eight_prompts():
+    from specdemo.measure.tasks import load_tasks
+
+    tasks = load_tasks()
+    expected = {"chat", "story", "explain-to-a-child", "code-write", "code-edit", "rewrite", "extract"}
+    assert expected | {"list-continuation", "multi-turn"} == set(tasks)
+    assert all(len(entries) >= 8 for entries in tasks.values())
+    assert all(isinstance(e, list) and e[-1]["role"] == "user" for e in tasks["multi-turn"])
+    assert all("def " in e for e in tasks["code-edit"]) and all("Text:" in e for e in tasks["extract"])
+
+
+def test_bench_tasks_prints_methods_by_task_and_marks_the_best(tmp_path):
+    out = tmp_path / "tasks.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "specdemo", "bench", "--tasks", "--preset", "bundled-tinystories"]
+        + ["--task-names", "story,chat", "--methods", "draft,prompt-lookup", "--max-new-tokens", "8"]
+        + ["--json", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert json.loads(out.read_text()) == result
+    assert {(row["task"], row["method"]) for row in result["rows"]} == {
+        (t, m) for t in ("story", "chat") for m in ("draft", "prompt-lookup")
+    }
+    for task, best in result["best"].items():
+        rows = [row for row in result["rows"] if row["task"] == task]
+        assert best == max(rows, key=lambda row: row["speedup"])["method"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "specdemo", "bench", "--tasks", "--methods", "magic"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "--methods" in bad.stderr

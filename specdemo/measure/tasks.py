@@ -1,0 +1,96 @@
+"""Methods × tasks: where speculative decoding pays, measured on the task suite in assets/prompts/tasks/.
+
+Speedup depends on the task more than on anything else: input-grounded tasks (edit this code, fix
+this paragraph, answer from this text) copy long spans of the prompt, where a drafter that costs
+nothing (prompt lookup) wins; open-ended chat needs a draft that knows the target. Each task file
+holds ≥ 8 entries, one JSON object a line: {"prompt": text} or {"messages": [chat turns]}.
+Every method runs the same prompts against the same baseline, wall clock around each generation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps
+from specdemo.measure.bench import specdemo_row
+
+TASKS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "tasks"
+GROUNDED = ("code-edit", "rewrite", "extract")  # tasks whose answers copy the prompt
+
+
+def load_tasks(folder: Path = TASKS_DIR, names: list[str] | None = None) -> dict[str, list]:
+    """{task: [prompt text | chat messages]} from ``folder/*.jsonl`` (all, or ``names``)."""
+    tasks = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        if names and path.stem not in names:
+            continue
+        entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        tasks[path.stem] = [e["messages"] if "messages" in e else e["prompt"] for e in entries]
+    return tasks
+
+
+def encode_entry(tokenizer, entry, chat_template: bool = True) -> list[int]:
+    """A prompt or a multi-turn conversation → ids (through the chat template when there is one)."""
+    from specdemo.models import encode_prompt
+
+    if isinstance(entry, str):
+        return encode_prompt(tokenizer, entry, chat_template)
+    ids = tokenizer.apply_chat_template(entry, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def method_row(task: str, method: str, row, baseline) -> dict:
+    t_t = baseline.t_target
+    return {
+        "task": task,
+        "method": method,
+        "speedup": row.tokens_per_second / baseline.tokens_per_second if baseline.tokens_per_second else 0.0,
+        "tokens_per_second": row.tokens_per_second,
+        "alpha": row.acceptance_rate,
+        "alpha_per_position": row.extra.get("alpha_per_position", []),
+        "tau": row.mean_accepted_tokens,
+        "c": row.t_draft / t_t if t_t else None,
+        "verify_over_target": row.t_verify / t_t if t_t else None,
+    }
+
+
+def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new_tokens: int, eos, progress=True):
+    """``drafters``: {method: (draft model or None, γ, engine method)}; ``tasks``: {task: [ids]}.
+    Returns {"rows": [...], "best": {task: method}}."""
+    base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
+    rows, best = [], {}
+    jobs = [(task, m) for task in tasks for m in (None, *drafters)]
+    bar = tqdm(total=len(jobs), desc="methods × tasks", disable=not progress)
+    for task, prompts in tasks.items():
+        baseline = specdemo_row(
+            "specdemo-baseline", None, lambda p: baseline_steps(target, p, base_cfg, eos), prompts, 1, target.device
+        )
+        bar.update()
+        for method, (draft, gamma, engine_method) in drafters.items():
+            cfg = replace(base_cfg, gamma=gamma, method=engine_method)
+            row = specdemo_row(
+                method, gamma, lambda p, d=draft, c=cfg: decode_steps(target, d, p, c, eos), prompts, 1, target.device
+            )
+            rows.append(method_row(task, method, row, baseline))
+            bar.update()
+        best[task] = max((r for r in rows if r["task"] == task), key=lambda r: r["speedup"])["method"]
+    bar.close()
+    return {"rows": rows, "best": best, "max_new_tokens": max_new_tokens}
+
+
+def format_tasks(result: dict) -> str:
+    methods = list(dict.fromkeys(r["method"] for r in result["rows"]))
+    lines = [f"{'task':<20}" + "".join(f"{m:>22}" for m in methods)]
+    for task, best in result["best"].items():
+        cells = []
+        for m in methods:
+            r = next(r for r in result["rows"] if r["task"] == task and r["method"] == m)
+            mark = " *" if m == best else "  "
+            cells.append(f"{r['speedup']:.2f}x α {r['alpha']:.2f} τ {r['tau']:.2f}{mark}".rjust(22))
+        lines.append(f"{task:<20}" + "".join(cells))
+    lines.append("(speedup over the baseline by wall clock · α acceptance · τ tokens per target forward · * best)")
+    return "\n".join(lines)
