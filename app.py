@@ -77,6 +77,11 @@ def benchmark(progress=gr.Progress(track_tqdm=True), gammas="1,2,4", repeats=1, 
     return tabs.benchmark(Settings(**settings), gammas, repeats, with_transformers)
 
 
+@gpu(durations.methods_seconds)
+def methods_remeasure(progress=gr.Progress(track_tqdm=True), **settings):
+    return tabs.methods_remeasure(Settings(**settings), settings.pop("max_new_tokens", 48))
+
+
 @gpu(durations.lossless_seconds)
 def lossless(progress=gr.Progress(), samples=300, k=2, check_temperature=1.0, **settings):
     return tabs.lossless(Settings(**settings), samples, k, check_temperature, progress)
@@ -226,6 +231,13 @@ def build_demo() -> gr.Blocks:
                 bench_btn = gr.Button("Run the γ sweep on this prompt", variant="primary")
                 bench_plot = gr.Plot(label="speedup vs γ")
                 bench_table = gr.HTML("")
+            with gr.Tab("Which method when?"):
+                gr.Markdown(texts.METHODS_TAB)
+                methods_plot = gr.Plot(label="methods × tasks")
+                methods_table = gr.HTML("")
+                with gr.Row():
+                    methods_tokens = gr.Slider(16, 96, value=48, step=8, label="new tokens per prompt (re-measure)")
+                    methods_btn = gr.Button("Re-measure on this machine (a few minutes)", variant="secondary")
             with gr.Tab("Theory"):
                 gr.Markdown(texts.THEORY)
                 with gr.Row():
@@ -284,6 +296,12 @@ def build_demo() -> gr.Blocks:
         check_inputs = settings | dict(samples=check_samples, k=check_k, check_temperature=check_temperature)
         check_btn.click(lossless, inputs_kwargs=check_inputs, outputs=[check_plot, check_text], **model_event)
         gr.api(compare_api, api_name="compare", concurrency_id="models")
+        methods_inputs = settings | dict(max_new_tokens=methods_tokens)
+        methods_btn.click(
+            methods_remeasure, inputs_kwargs=methods_inputs, outputs=[methods_plot, methods_table], **model_event
+        )
+        preset.change(tabs.methods_view, preset, [methods_plot, methods_table], api_visibility="private")
+        demo.load(tabs.methods_view, preset, [methods_plot, methods_table], api_visibility="private")
         demo.unload(forget)
     demo.queue(max_size=MAX_QUEUE, default_concurrency_limit=CONCURRENCY)
     return demo

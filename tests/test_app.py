@@ -367,3 +367,29 @@ def app_queue_size() -> int:
 def test_the_api_page_lists_only_the_public_endpoints(client):
     endpoints = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert endpoints == {"/race", "/compare"}
+
+
+def test_which_method_when_tab_measures_and_explains_each_task():
+    figure, table = tabs.methods_remeasure(settings(), max_new_tokens=8)
+    assert figure is not None and "<table class='tasks'>" in table
+    for task in ("chat", "code-edit", "rewrite", "extract", "multi-turn"):
+        assert f"<td>{task}</td>" in table
+    assert table.count(" wins on ") + table.count("Nothing pays on ") == 9  # one sentence per task
+    assert "No stored table" in tabs.methods_view("no-such-preset")[1]
+
+
+def test_why_sentences_name_the_deciding_term():
+    from specdemo.measure.tasks import why_sentence
+
+    def row(task, method, speedup, alpha):
+        return {"task": task, "method": method, "speedup": speedup, "alpha": alpha, "tau": 1 + alpha, "c": 0.05}
+
+    result = {
+        "rows": [row("edit", "draft", 0.9, 0.3), row("edit", "prompt-lookup", 2.1, 0.8)]
+        + [row("chat", "draft", 1.3, 0.6), row("chat", "prompt-lookup", 0.95, 0.1)]
+        + [row("story", "draft", 0.8, 0.2), row("story", "prompt-lookup", 0.9, 0.05)],
+        "best": {"edit": "prompt-lookup", "chat": "draft", "story": "prompt-lookup"},
+    }
+    assert "copies the prompt" in why_sentence("edit", result)
+    assert "finds little to copy" in why_sentence("chat", result)
+    assert why_sentence("story", result).startswith("Nothing pays on story")

@@ -34,3 +34,7 @@ def benchmark_seconds(*_, max_new_tokens=128, gammas="1,2,3,4,6,8", repeats=1, w
 
 def lossless_seconds(*_, samples=300, k=2, **__) -> int:
     return _seconds(15, 0.05, 2 * number(samples, "samples") * number(k, "k"))
+
+
+def methods_seconds(*_, max_new_tokens=48, **__) -> int:
+    return _seconds(30, 1.0, number(max_new_tokens, "max_new_tokens"))  # 9 tasks × 8 prompts × 3 runs

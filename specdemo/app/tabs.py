@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from html import escape
+from pathlib import Path
+
 from specdemo.app import model_thread
 from specdemo.app.settings import (
     KEEP,
@@ -18,6 +22,7 @@ from specdemo.view import trace as traces
 from specdemo.view.plots import (
     gamma_sweep_figure,
     lossless_figure,
+    tasks_figure,
     theory_figure,
 )
 from specdemo.view.render import table_html
@@ -109,3 +114,50 @@ def lossless(s: Settings, samples: int = 300, k: int = 2, temperature: float = 1
         return figure, f"χ² p-value **{check.p_value:.3f}**: {verdict}."
     except Exception as error:
         return None, f"⚠ {friendly(error)}"
+
+
+# ---------------------------------------------------------------- which method when?
+
+STORED_TASKS = Path(__file__).resolve().parents[2] / "assets" / "tasks"
+
+
+def methods_table_html(result: dict) -> str:
+    from specdemo.measure.tasks import why_sentence
+
+    headers = ["task", "best", "× baseline", "why"]
+    rows = []
+    for task, best in result["best"].items():
+        speed = next(r["speedup"] for r in result["rows"] if r["task"] == task and r["method"] == best)
+        rows.append([task, best, f"{speed:.2f}", why_sentence(task, result)])
+    note = (
+        f"{result.get('preset', '')}: ≤ {result['max_new_tokens']} new tokens, greedy, wall clock against the "
+        f"same baseline; γ per method {result.get('gammas', {})}. {result.get('measured', '')}"
+    )
+    return table_html(headers, rows, note, css_class="tasks")
+
+
+def methods_view(preset: str) -> tuple:
+    """The stored methods × tasks table of this preset (measured on the machine it names)."""
+    path = STORED_TASKS / f"{preset}.json"
+    if not path.exists():
+        return None, f"<p>No stored table for {escape(preset)}: press <b>Re-measure</b> (a few minutes).</p>"
+    result = json.loads(path.read_text(encoding="utf-8"))
+    return tasks_figure(result), methods_table_html(result)
+
+
+def methods_remeasure(s: Settings, max_new_tokens: int = 48, progress=None) -> tuple:
+    """Every task of the suite with this pair's draft and prompt lookup, on this machine now."""
+    from specdemo.measure.tasks import encode_entry, load_tasks, run_tasks
+
+    try:
+        s.method_label = "draft model"
+        prep = prepare(s)
+        pair = prep.pair
+        tasks = load_tasks()
+        ids = {t: [encode_entry(pair.tokenizer, e, bool(s.chat_template)) for e in es] for t, es in tasks.items()}
+        drafters = {"draft": (pair.draft, prep.config.gamma, "draft"), "prompt-lookup": (None, 4, "prompt-lookup")}
+        result = model_thread.call(run_tasks, pair.target, drafters, ids, int(max_new_tokens), pair.eos, progress=True)
+        result |= {"preset": s.target_id, "gammas": {m: g for m, (_, g, _) in drafters.items()}, "measured": "now"}
+        return tasks_figure(result), methods_table_html(result)
+    except Exception as error:
+        return None, f"<p>⚠ {friendly(error)}</p>"

@@ -39,6 +39,8 @@ def encode_entry(tokenizer, entry, chat_template: bool = True) -> list[int]:
 
     if isinstance(entry, str):
         return encode_prompt(tokenizer, entry, chat_template)
+    if not (chat_template and getattr(tokenizer, "chat_template", None)):  # no template: the turns as text
+        return encode_prompt(tokenizer, "\n".join(turn["content"] for turn in entry), chat_template=False)
     ids = tokenizer.apply_chat_template(entry, add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
@@ -94,3 +96,28 @@ def format_tasks(result: dict) -> str:
         lines.append(f"{task:<20}" + "".join(cells))
     lines.append("(speedup over the baseline by wall clock · α acceptance · τ tokens per target forward · * best)")
     return "\n".join(lines)
+
+
+def why_sentence(task: str, result: dict) -> str:
+    """Two plain sentences on a task's row: which method won, and the term that decided it."""
+    rows = {r["method"]: r for r in result["rows"] if r["task"] == task}
+    best = rows[result["best"][task]]
+    if best["speedup"] < 1.0:
+        return (
+            f"Nothing pays on {task}: the best, {best['method']}, reaches {best['speedup']:.2f}×. Its drafts are "
+            f"kept {best['alpha']:.0%} of the time (τ = {best['tau']:.2f}), too few to cover the verify and drafting."
+        )
+    lookup = rows.get("prompt-lookup")
+    if best["method"] == "prompt-lookup":
+        reason = (
+            f"the answer copies the prompt, so spans found in it are kept ({best['alpha']:.0%}) and cost nothing "
+            "to propose"
+        )
+    elif lookup and lookup["alpha"] < 0.2:
+        reason = (
+            f"the answer is new text, where prompt lookup finds little to copy (α {lookup['alpha']:.0%}); "
+            f"the {best['method']} drafter guesses it ({best['alpha']:.0%} kept)"
+        )
+    else:
+        reason = f"its drafts are kept {best['alpha']:.0%} of the time at c = {best['c'] or 0:.2f} a token"
+    return f"{best['method']} wins on {task} ({best['speedup']:.2f}×): {reason}."

@@ -325,3 +325,34 @@ def lossless_figure(check, decode, top: int = 20) -> go.Figure:
         "frequency",
         height=360,
     )
+
+
+def tasks_figure(result: dict) -> go.Figure:
+    """Methods × tasks: the measured speedup over the baseline as a heat map (1× is white)."""
+    methods = list(dict.fromkeys(r["method"] for r in result["rows"]))
+    tasks = list(result["best"])
+    speed = {(r["task"], r["method"]): r["speedup"] for r in result["rows"]}
+    z = [[speed.get((t, m)) for m in methods] for t in tasks]
+    text = [
+        [
+            f"{v:.2f}×" + (" ★" if m == result["best"][t] else "") if v is not None else ""
+            for v, m in zip(row, methods, strict=True)
+        ]
+        for row, t in zip(z, tasks, strict=True)
+    ]
+    top = max(2.0, max((v for row in z for v in row if v is not None), default=2.0))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=methods,
+            y=tasks,
+            text=text,
+            texttemplate="%{text}",
+            zmin=0,
+            zmid=1,
+            zmax=top,
+            colorscale=[[0, "#e76f51"], [1 / top, "#ffffff"], [1, "#2a9d8f"]],
+            colorbar=dict(title="× baseline"),
+        )
+    )
+    return _layout(fig, "speedup over the baseline (★ best method per task)", "method", "task", height=380)
