@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,12 @@ QWEN_PROMPTS = (
     "Write a Python function that checks whether a number is prime.",
 )
 # Held-out instructions (the SmolLM2 draft never trained on them); the seed's prompt comes first.
+# Input-grounded examples (the answer copies the prompt: where prompt lookup pays), from the task suite.
+GROUNDED_EXAMPLES = tuple(
+    json.loads(line)["prompt"]
+    for name in ("rewrite", "code-edit", "extract")
+    for line in (PROMPTS / "tasks" / f"{name}.jsonl").read_text().splitlines()[:1]
+)
 INSTRUCT_PROMPTS = tuple(line for line in (PROMPTS / "instruct.txt").read_text().splitlines() if line.strip())
 
 PRESETS = {
@@ -68,7 +75,7 @@ PRESETS = {
             SMOLLM2_DRAFT,
             target_options=LoadOptions(dtype="float32"),
             draft_options=LoadOptions(dtype="float32"),
-            examples=INSTRUCT_PROMPTS,
+            examples=INSTRUCT_PROMPTS[:1] + GROUNDED_EXAMPLES + INSTRUCT_PROMPTS[1:],
             draft_vocab=8192,
             gamma=2,  # measured best: see assets/models/smollm2-draft/README.md
         ),
