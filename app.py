@@ -251,7 +251,7 @@ def build_demo() -> gr.Blocks:
             with gr.Tab("Losslessness check"):
                 gr.Markdown(texts.CHECK)
                 with gr.Row():
-                    check_samples = gr.Slider(50, 2000, value=300, step=50, label="samples per side")
+                    check_samples = gr.Slider(50, 2000, value=100, step=50, label="samples per side")
                     check_k = gr.Slider(1, 4, value=2, step=1, label="first k tokens")
                     check_temperature = gr.Slider(0.1, 2, value=1.0, step=0.05, label="temperature")
                 check_btn = gr.Button("Run the check", variant="primary")

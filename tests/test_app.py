@@ -393,3 +393,10 @@ def test_why_sentences_name_the_deciding_term():
     assert "copies the prompt" in why_sentence("edit", result)
     assert "finds little to copy" in why_sentence("chat", result)
     assert why_sentence("story", result).startswith("Nothing pays on story")
+
+
+def test_a_refused_input_is_one_line_in_the_server_log(caplog):
+    caplog.set_level(logging.INFO, logger="specdemo.app")
+    assert app_settings.find_problem(settings(prompt="   "))[0] == "prompt"
+    lines = [r.getMessage() for r in caplog.records if r.name == "specdemo.app"]
+    assert lines == ["refused: the prompt is empty: type some text to continue"]

@@ -143,6 +143,7 @@ def find_problem(s: Settings) -> tuple[str, str] | None:
             validate_tree(config.tree)
         whole(s.draft_vocab or 0, "draft_vocab")
     except InputError as error:
+        log.info("refused: %s", error)  # the server log: one line per refused input
         return FIELD_SETTINGS.get(error.field, error.field or "prompt"), str(error)
     return None
 

@@ -16,7 +16,18 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
 BUNDLED_TARGET = str(ASSETS / "tinystories-target")
 BUNDLED_DRAFT = str(ASSETS / "tinystories-draft")
 SMOLLM2_DRAFT = str(ASSETS / "smollm2-draft")
-SMOLLM2_FEATURE = str(ASSETS / "smollm2-feature")  # a feature drafter (decoding/feature.py), when trained
+# A feature drafter (decoding/feature.py) when one is trained: shipped in assets/ once it beats the draft,
+# else where `python -m specdemo.recipes.feature` writes it (the user cache folder).
+SMOLLM2_FEATURE = str(
+    next(
+        (
+            f
+            for f in (ASSETS / "smollm2-feature", smollm2.cache_dir() / "smollm2-feature")
+            if (f / "feature_drafter.json").exists()
+        ),
+        ASSETS / "smollm2-feature",
+    )
+)
 PROMPTS = ASSETS.parent / "prompts"
 
 

@@ -1,6 +1,6 @@
 """Train a feature drafter (``decoding/feature.py``) for SmolLM2-135M-Instruct on a CPU.
 
-    python -m specdemo.recipes.feature --data ~/.cache/specdemo/data/feature-v1 --out assets/models/smollm2-feature
+    python -m specdemo.recipes.feature --data ~/.cache/specdemo/data/feature-v1 --out ~/.cache/specdemo/smollm2-feature
 
 1. data: target-written answers in shards (``distill_data.py``; the recipe's own data generation,
    resumable: ``--generate`` runs it first);
@@ -212,7 +212,9 @@ def train(head: FeatureHead, embed, items: list[dict], cfg: FeatureTrainConfig, 
         opt.load_state_dict(state["opt"])
         first_epoch, step = state["epoch"] + 1, state["step"]
         print(f"[train] resumed after epoch {state['epoch']}", flush=True)
-    print(f"[train] agreement before: {held_out_agreement(head, embed, held):.3f}", flush=True)
+    best = held_out_agreement(head, embed, held)
+    best_state = {k: v.clone() for k, v in head.state_dict().items()}
+    print(f"[train] agreement before: {best:.3f}", flush=True)
     start = time.time()
     for epoch in range(first_epoch, cfg.epochs):
         # batches of similar lengths (little padding), in a shuffled order
@@ -238,7 +240,10 @@ def train(head: FeatureHead, embed, items: list[dict], cfg: FeatureTrainConfig, 
         score = held_out_agreement(head, embed, held)
         print(f"[train] epoch {epoch} held-out agreement {score:.3f}", flush=True)
         torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "epoch": epoch, "step": step}, ckpt)
-    return held_out_agreement(head, embed, held)
+        if score > best:
+            best, best_state = score, {k: v.clone() for k, v in head.state_dict().items()}
+    head.load_state_dict(best_state)  # the epoch that did best on the held-out answers
+    return best
 
 
 def main(argv=None):
@@ -248,7 +253,7 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=smollm2.cache_dir() / "data" / "feature-v1")
-    parser.add_argument("--out", type=Path, default=Path("assets/models/smollm2-feature"))
+    parser.add_argument("--out", type=Path, default=smollm2.cache_dir() / "smollm2-feature")
     parser.add_argument("--work", type=Path, default=smollm2.cache_dir() / "feature-work")
     parser.add_argument("--resume", action="store_true")
     for name, value in vars(FeatureTrainConfig()).items():
@@ -268,7 +273,13 @@ def main(argv=None):
     rows = load_rows(args.data, cfg.max_rows)
     answer_tokens = sum(len(r["answer"]) for r in rows)
     print(f"[data] {len(rows)} answers, {answer_tokens} answer tokens from {args.data}", flush=True)
-    items = extract(target, rows, layers, torch.tensor(draft_ids))
+    cached = args.work / f"features-{len(rows)}-{answer_tokens}.pt"  # fp16 features: recomputing costs minutes
+    if cached.exists():
+        items = torch.load(cached)
+        print(f"[features] {len(items)} sequences from {cached}", flush=True)
+    else:
+        items = extract(target, rows, layers, torch.tensor(draft_ids))
+        torch.save(items, cached)
     head = FeatureHead(config_for(target, layers, draft_ids))
     init_from_target(head, target, torch.tensor(draft_ids))
     started = time.time()
