@@ -19,6 +19,7 @@ from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps
 from specdemo.measure.bench import specdemo_row
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "tasks"
+NAMES = {"draft": "draft model", "feature": "feature drafter", "prompt-lookup": "prompt lookup"}
 GROUNDED = ("code-edit", "rewrite", "extract")  # tasks whose answers copy the prompt
 
 
@@ -116,7 +117,7 @@ def why_sentence(task: str, result: dict) -> str:
     elif lookup and lookup["alpha"] < 0.2:
         reason = (
             f"the answer is new text, where prompt lookup finds little to copy (α {lookup['alpha']:.0%}); "
-            f"the {best['method']} drafter guesses it ({best['alpha']:.0%} kept)"
+            f"the {NAMES.get(best['method'], best['method'])} guesses it ({best['alpha']:.0%} kept)"
         )
     else:
         reason = f"its drafts are kept {best['alpha']:.0%} of the time at c = {best['c'] or 0:.2f} a token"
