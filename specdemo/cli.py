@@ -247,7 +247,7 @@ TASK_METHODS = ("draft", "feature", "prompt-lookup")
 
 
 def cmd_tasks(args) -> None:
-    from specdemo.measure.tasks import encode_entry, format_tasks, load_tasks, run_tasks
+    from specdemo.measure.tasks import encode_tasks, format_tasks, load_tasks, run_tasks
     from specdemo.models import SMOLLM2_FEATURE
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -268,9 +268,7 @@ def cmd_tasks(args) -> None:
         else:
             feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
             drafters[m] = (feature.draft, PRESETS.get("smollm2-135m-feature", preset).gamma, "draft")
-    ids = {
-        t: [encode_entry(pair.tokenizer, e, not args.no_chat_template) for e in entries] for t, entries in tasks.items()
-    }
+    ids = encode_tasks(pair.tokenizer, tasks, not args.no_chat_template)
     result = run_tasks(pair.target, drafters, ids, args.max_new_tokens, pair.eos, progress=not args.json)
     result |= {"preset": args.preset, "gammas": {m: g for m, (_, g, _) in drafters.items()}}
     if args.out:

@@ -147,14 +147,14 @@ def methods_view(preset: str) -> tuple:
 
 def methods_remeasure(s: Settings, max_new_tokens: int = 48, progress=None) -> tuple:
     """Every task of the suite with this pair's draft and prompt lookup, on this machine now."""
-    from specdemo.measure.tasks import encode_entry, load_tasks, run_tasks
+    from specdemo.measure.tasks import encode_tasks, load_tasks, run_tasks
 
     try:
         s.method_label = "draft model"
         prep = prepare(s)
         pair = prep.pair
         tasks = load_tasks()
-        ids = {t: [encode_entry(pair.tokenizer, e, bool(s.chat_template)) for e in es] for t, es in tasks.items()}
+        ids = encode_tasks(pair.tokenizer, tasks, bool(s.chat_template))
         drafters = {"draft": (pair.draft, prep.config.gamma, "draft"), "prompt-lookup": (None, 4, "prompt-lookup")}
         result = model_thread.call(run_tasks, pair.target, drafters, ids, int(max_new_tokens), pair.eos, progress=True)
         result |= {"preset": s.target_id, "gammas": {m: g for m, (_, g, _) in drafters.items()}, "measured": "now"}

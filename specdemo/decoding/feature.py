@@ -143,27 +143,37 @@ class DecoderLayer(nn.Module):
         self.up = nn.Linear(h, cfg.intermediate, bias=False)
         self.down = nn.Linear(cfg.intermediate, h, bias=False)
 
-    def forward(self, x, positions, cache: LayerCache | None = None):
+    def project(self, x, positions):
+        """Queries, keys and values of ``x`` [B, n, H] at ``positions``, rotated: [B, heads, n, d]."""
         cfg, (b, n, _) = self.cfg, x.shape
         y = self.attn_norm(x)
         q = self.q(y).view(b, n, cfg.heads, cfg.head_dim).transpose(1, 2)
         k = self.k(y).view(b, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
         v = self.v(y).view(b, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
-        q, k = rotate(q, positions, cfg.rope_theta), rotate(k, positions, cfg.rope_theta)
+        return rotate(q, positions, cfg.rope_theta), rotate(k, positions, cfg.rope_theta), v
+
+    def finish(self, x, q, k, v, mask):
+        """Attention of q over (k, v) under ``mask`` [n, keys], then the residual and the MLP."""
+        b, n, _ = x.shape
+        repeat = self.cfg.heads // self.cfg.kv_heads
+        k, v = k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.o(a.transpose(1, 2).reshape(b, n, -1))
+        y = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+    def forward(self, x, positions, cache: LayerCache | None = None):
+        q, k, v = self.project(x, positions)
         past = 0
         if cache is not None:
             past = cache.length
             if past:
                 k, v = torch.cat([cache.k, k], 2), torch.cat([cache.v, v], 2)
             cache.k, cache.v = k, v
-        repeat = cfg.heads // cfg.kv_heads
-        k, v = k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)
         # causal over the new positions, everything cached before them visible
+        n = x.shape[1]
         mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(past)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        x = x + self.o(a.transpose(1, 2).reshape(b, n, -1))
-        y = self.mlp_norm(x)
-        return x + self.down(F.silu(self.gate(y)) * self.up(y))
+        return self.finish(x, q, k, v, mask)
 
 
 class FeatureHead(nn.Module):

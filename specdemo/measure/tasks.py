@@ -46,6 +46,10 @@ def encode_entry(tokenizer, entry, chat_template: bool = True) -> list[int]:
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
+def encode_tasks(tokenizer, tasks: dict[str, list], chat_template: bool = True) -> dict[str, list[list[int]]]:
+    return {task: [encode_entry(tokenizer, e, chat_template) for e in entries] for task, entries in tasks.items()}
+
+
 def method_row(task: str, method: str, row, baseline) -> dict:
     t_t = baseline.t_target
     return {

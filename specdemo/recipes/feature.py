@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from specdemo.decoding.feature import FeatureHead, config_for, default_layers, save_feature_head
 from specdemo.decoding.vocab import load_ranking, subset_ids
@@ -124,23 +123,6 @@ def soft_targets(items: list[dict], width: int, n_vocab: int) -> torch.Tensor:
     return out
 
 
-def position2_pass(head: FeatureHead, embeds, h1, positions):
-    """Draft position 2 for every j at once: input (h1_{j−1}, token j); keys/values: position-1
-    keys of positions < j plus its own (what drafting the second token attends to)."""
-    layer, cfg = head.layer, head.cfg
-    b, n, _ = embeds.shape
-    own = torch.cat([h1[:, :1] * 0, h1[:, :-1]], 1)  # h1 at j−1 stands in for f_{j−1}
-    x = head.mix(torch.cat([embeds, own], -1))
-    y = layer.attn_norm(x)
-    q = layer.q(y).view(b, n, cfg.heads, cfg.head_dim).transpose(1, 2)
-    k2 = layer.k(y).view(b, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
-    v2 = layer.v(y).view(b, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
-    from specdemo.decoding.feature import rotate
-
-    q, k2 = rotate(q, positions, cfg.rope_theta), rotate(k2, positions, cfg.rope_theta)
-    return x, q, k2, v2
-
-
 def losses(head: FeatureHead, embed, items: list[dict], ttt_weight: float):
     width = max(len(it["ids"]) for it in items) - 1  # head positions 1..T−1
     b = len(items)
@@ -155,40 +137,31 @@ def losses(head: FeatureHead, embed, items: list[dict], ttt_weight: float):
     positions = torch.arange(1, width + 1)
     embeds = embed(ids)
     target = soft_targets(items, width, head.head.weight.shape[0])
+    layer = head.layer
     # position 1: the target's features (padding positions sit after each sequence: causal, masked)
-    h1, logits1 = head(embeds, feats, positions)
+    x1 = head.mix(torch.cat([embeds, head.fuse(feats)], -1))
+    q1, k1, v1 = layer.project(x1, positions)
+    h1 = layer.finish(x1, q1, k1, v1, torch.ones(width, width, dtype=torch.bool).tril())
+    logits1 = head.head(head.norm(h1))
     ce1 = -(target * logits1.log_softmax(-1)).sum(-1)
     loss = (ce1 * weight).sum() / weight.sum()
     agree = ((logits1.argmax(-1) == target.argmax(-1)).float() * weight).sum() / weight.sum()
     if ttt_weight:
-        layer, cfg = head.layer, head.cfg
-        y1 = layer.attn_norm(head.mix(torch.cat([embeds, head.fuse(feats)], -1)))
-        k1 = rotate_k(layer, y1, positions, cfg)
-        v1 = layer.v(y1).view(b, width, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
-        x, q, k2, v2 = position2_pass(head, embeds, h1, positions)
-        rep = cfg.heads // cfg.kv_heads
-        keys = torch.cat([k1, k2], 2).repeat_interleave(rep, 1)
-        values = torch.cat([v1, v2], 2).repeat_interleave(rep, 1)
-        earlier = torch.ones(width, width, dtype=torch.bool).tril(-1)  # position-1 keys before j
+        # position 2 for every j at once, as drafting the second token sees it: input (h1_{j−1}, token j),
+        # attending to the position-1 keys of positions < j and to its own
+        own = torch.cat([torch.zeros_like(h1[:, :1]), h1[:, :-1]], 1)
+        x2 = head.mix(torch.cat([embeds, own], -1))
+        q2, k2, v2 = layer.project(x2, positions)
+        earlier = torch.ones(width, width, dtype=torch.bool).tril(-1)
         mask = torch.cat([earlier, torch.eye(width, dtype=torch.bool)], 1)
-        a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        x = x + layer.o(a.transpose(1, 2).reshape(b, width, -1))
-        y = layer.mlp_norm(x)
-        h2 = x + layer.down(F.silu(layer.gate(y)) * layer.up(y))
+        h2 = layer.finish(x2, q2, torch.cat([k1, k2], 2), torch.cat([v1, v2], 2), mask)
         logits2 = head.head(head.norm(h2))
-        # the second draft at j predicts token j+1 from (h1_{j−1}, token j): same target row as ce1
+        # the second draft at j predicts token j+1 from (h1_{j−1}, token j): the same target row as CE₁
         w2 = weight.clone()
         w2[:, 0] = 0
         ce2 = -(target * logits2.log_softmax(-1)).sum(-1)
         loss = loss + ttt_weight * (ce2 * w2).sum() / w2.sum().clamp_min(1)
     return loss, float(agree)
-
-
-def rotate_k(layer, y, positions, cfg):
-    from specdemo.decoding.feature import rotate
-
-    b, n, _ = y.shape
-    return rotate(layer.k(y).view(b, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2), positions, cfg.rope_theta)
 
 
 @torch.no_grad()
