@@ -49,17 +49,15 @@ def _spans(steps: Iterable, decode) -> Iterable[dict]:
             if i >= len(kept) and step.correction is None and step.bonus is None:
                 break  # the text ended at an EOS among the kept drafts: nothing after it was checked
             kind = "accepted" if i < step.accepted else "rejected"
-            yield {
-                "text": decode(tok),
-                "kind": kind,
-                "step": step.index,
-                "id": tok,
-                "p": step.p[node],
-                "q": step.q[node],
-                "ratio": step.accept_prob[node],
-                "u": step.draws[node] if node < len(step.draws) and not step.tree_parents else None,
-                "tree": bool(step.tree_parents),
-            }
+            span = {"text": decode(tok), "kind": kind, "step": step.index, "id": tok, "tree": bool(step.tree_parents)}
+            if node < len(step.p):  # a remote engine (vLLM) streams the tokens without p and q
+                span |= {
+                    "p": step.p[node],
+                    "q": step.q[node],
+                    "ratio": step.accept_prob[node],
+                    "u": step.draws[node] if node < len(step.draws) and not step.tree_parents else None,
+                }
+            yield span
         if len(kept) > step.accepted:
             if not step.drafted:
                 kind = "unverified" if step.unverified else "target"
@@ -96,7 +94,11 @@ def hover_text(span: dict, greedy: bool) -> str:
                 "correction": "the target's correction: drawn from norm(max(0, p − q))",
                 "bonus": "bonus: drawn from p after every draft was kept",
             }
-        what |= {"target": "the target's token", "unverified": "written by the draft alone: nobody checked it"}
+        what |= {
+            "target": "the target's token",
+            "unverified": "written by the draft alone: nobody checked it",
+            "accepted": "a draft token the target kept (this engine does not report p and q)",
+        }
         return what[span["kind"]]
     text = f"p={span['p']:.3f}  q={span['q']:.3f}"
     if greedy:

