@@ -15,7 +15,7 @@ from specdemo.decoding.engine import DecodeConfig, sample_many, validate_config
 from specdemo.decoding.sampling import SamplingConfig
 from specdemo.decoding.tree import TreeConfig
 from specdemo.errors import InputError, SpecDemoError
-from specdemo.measure.bench import ENGINES
+from specdemo.measure.bench import DEFAULT_ENGINES, ENGINES
 from specdemo.measure.compare import compare, comparison_record
 from specdemo.measure.divergence import dtype_name
 from specdemo.models import (
@@ -114,17 +114,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--gammas", default="1,2,3,4,6,8")
     bench.add_argument(
-        "--engines", default=",".join(ENGINES), help="comma-separated subset (specdemo-baseline always runs)"
+        "--engines",
+        default=",".join(DEFAULT_ENGINES),
+        help=f"comma-separated, from {', '.join(ENGINES)} (specdemo-baseline always runs; vllm-* need servers)",
     )
     bench.add_argument("--max-new-tokens", type=int, default=64)
     bench.add_argument("--repeats", type=int, default=3)
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--csv", default=None)
     bench.add_argument("--plot", default=None, help="write the speedup-vs-γ figure as HTML")
+    bench.add_argument(
+        "--vllm-baseline-url", default=None, help="vllm-baseline's server (default $SPECDEMO_VLLM_BASELINE_URL)"
+    )
+    bench.add_argument(
+        "--vllm-speculative-url",
+        default=None,
+        help="vllm-speculative's server (default $SPECDEMO_VLLM_SPECULATIVE_URL)",
+    )
     bench.add_argument("--tasks", action="store_true", help="methods × tasks on assets/prompts/tasks/ instead")
     bench.add_argument("--methods", default="draft,prompt-lookup", help="--tasks: draft, feature, prompt-lookup")
     bench.add_argument("--task-names", default=None, help="--tasks: a comma-separated subset of the task files")
     bench.add_argument("--out", default=None, help="--tasks: also write the table as JSON here")
+    serve = sub.add_parser("serve-vllm", help="start a vLLM baseline and a vLLM speculative server for the race")
+    serve.add_argument("--preset", choices=list(PRESETS), default=default_preset_name())
+    serve.add_argument("--speculative", choices=["ngram", "draft"], default="ngram", help="vLLM's proposer")
+    serve.add_argument("--tokens", type=int, default=4, help="num_speculative_tokens")
+    serve.add_argument("--baseline-port", type=int, default=8100)
+    serve.add_argument("--speculative-port", type=int, default=8101)
+    serve.add_argument("--print-only", action="store_true", help="print the two commands, start nothing")
     prof = sub.add_parser("profile", help="verify cost: one target (and draft) forward of k new tokens, split by part")
     add_pair_args(prof)
     prof.add_argument("--threads", type=int, default=None, help="torch threads (default: as the app sets them)")
@@ -297,7 +314,9 @@ def cmd_bench(args) -> None:
     texts = bench_prompts(args.prompts or PRESETS[args.preset].prompts_file)
     pair = load_from_args(args)
     prompts = [encode(pair, args, p) for p in texts]
-    result = run_bench(pair, prompts, gammas, args.max_new_tokens, args.repeats, not args.json, engines)
+    urls = {"vllm-baseline": args.vllm_baseline_url, "vllm-speculative": args.vllm_speculative_url}
+    urls = {engine: url.rstrip("/") for engine, url in urls.items() if url}
+    result = run_bench(pair, prompts, gammas, args.max_new_tokens, args.repeats, not args.json, engines, urls)
     if args.csv:
         write_csv(result, args.csv)
     if args.plot:
@@ -343,6 +362,44 @@ def cmd_profile(args) -> None:
         print(json.dumps(result))
 
 
+def cmd_serve_vllm(args) -> None:
+    import shlex
+    import time
+
+    from specdemo.models import vllm
+
+    if not 1 <= args.tokens <= 16:
+        raise InputError("--tokens must be between 1 and 16")
+    preset = PRESETS[args.preset]
+    model = vllm.model_folder(preset.target)
+    draft = preset.draft if args.speculative == "draft" else None
+    spec = vllm.speculative_config(args.speculative, args.tokens, draft)
+    commands = {
+        "baseline": (vllm.server_command(model, args.baseline_port), args.baseline_port, "0"),
+        "speculative": (vllm.server_command(model, args.speculative_port, spec), args.speculative_port, "1"),
+    }
+    for role, (command, port, cores) in commands.items():
+        print(f"# {role}, http://127.0.0.1:{port}\nVLLM_CPU_OMP_THREADS_BIND={cores} {shlex.join(command)}")
+    if args.print_only:
+        return
+    logs = Path.home() / ".cache" / "specdemo" / "logs"
+    procs = [vllm.start_server(c, logs / f"vllm-{role}.log", cores) for role, (c, _, cores) in commands.items()]
+    urls = [f"http://127.0.0.1:{port}" for _, port, _ in commands.values()]
+    show = lambda s, waiting: print(f"\rwaiting for {len(waiting)} server(s): {s:.0f} s", end="", flush=True)  # noqa: E731
+    try:
+        vllm.wait_ready(urls, processes=procs, on_wait=show)
+        print(f"\nready: baseline {urls[0]}, speculative {urls[1]} (logs in {logs}); Ctrl-C stops both")
+        print(f"point the app at them: SPECDEMO_VLLM_BASELINE_URL={urls[0]} SPECDEMO_VLLM_SPECULATIVE_URL={urls[1]}")
+        while all(p.poll() is None for p in procs):
+            time.sleep(1.0)
+        raise vllm.BackendError("a vLLM server exited (see its log)")
+    except KeyboardInterrupt:
+        print()
+    finally:
+        for proc in procs:
+            vllm.stop_server(proc)
+
+
 def quiet_libraries() -> None:
     from transformers.utils import logging
 
@@ -356,6 +413,7 @@ COMMANDS = {
     "bench": cmd_bench,
     "precision": cmd_precision,
     "profile": cmd_profile,
+    "serve-vllm": cmd_serve_vllm,
 }
 
 

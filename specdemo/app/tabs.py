@@ -15,7 +15,7 @@ from specdemo.app.settings import (
     prepare,
 )
 from specdemo.errors import InputError
-from specdemo.measure.bench import ENGINES, run_bench, table_cells
+from specdemo.measure.bench import DEFAULT_ENGINES, run_bench, table_cells
 from specdemo.measure.lossless import check_lossless
 from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens
 from specdemo.view import trace as traces
@@ -44,7 +44,9 @@ def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_t
         gamma_list = parse_gammas(gammas)
         s.method_label = "draft model"
         prep = prepare(s)
-        engines = ENGINES if with_transformers else ("specdemo-baseline", "specdemo-speculative", "specdemo-tree")
+        engines = (
+            DEFAULT_ENGINES if with_transformers else ("specdemo-baseline", "specdemo-speculative", "specdemo-tree")
+        )
         result = model_thread.call(
             run_bench,
             prep.pair,

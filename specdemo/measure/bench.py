@@ -9,7 +9,9 @@ Rows (greedy decoding):
   specdemo-baseline, specdemo-speculative (each γ), specdemo-prompt-lookup (each γ),
   specdemo-tree (each γ: a token tree of γ nodes, k = 2, the chain's draft budget),
   transformers-generate, transformers-assisted (each γ, constant schedule),
-  transformers-prompt-lookup (each γ).
+  transformers-prompt-lookup (each γ),
+  vllm-baseline, vllm-speculative (servers given by URL: ``specdemo.models.vllm``; the
+  speculative server's proposal length is its own, so these rows carry no γ).
 For specdemo's speculative rows it also reports the measured step times and the predictions:
   t_t  one target step (one token, cached)      t_d  one draft step
   t_v  one target verify of γ+1 tokens         c = t_d / t_t
@@ -41,6 +43,7 @@ from specdemo.decoding.feature import FeatureHead
 from specdemo.decoding.kv import synchronize
 from specdemo.decoding.tree import TreeConfig
 from specdemo.measure.metrics import acceptance_per_position, acceptance_rate, mean_accepted_tokens, predicted_speedup
+from specdemo.models import vllm
 
 ENGINES = (
     "specdemo-baseline",
@@ -50,7 +53,11 @@ ENGINES = (
     "transformers-generate",
     "transformers-assisted",
     "transformers-prompt-lookup",
+    "vllm-baseline",
+    "vllm-speculative",
 )
+DEFAULT_ENGINES = ENGINES[:-2]  # vLLM rows need running servers: asked for by name
+VLLM_ENGINES = {"vllm-baseline": False, "vllm-speculative": True}  # engine → speculates
 
 
 @dataclass
@@ -129,6 +136,34 @@ def transformers_row(engine, gamma, target, prompts, max_new_tokens, repeats, **
     return Row(engine, gamma, tokens, seconds)
 
 
+def vllm_row(engine: str, url: str, prompts, max_new_tokens: int, repeats: int) -> Row:
+    """A vLLM server by the same clock: wall time around each whole streamed request; the
+    speculative counters are /metrics deltas around the repeat that is kept."""
+    speculates = VLLM_ENGINES[engine]
+    model = vllm.check_role(url, speculates)
+
+    def once():
+        before = vllm.read_counters(url) if speculates else None
+        tokens, chunks, seconds = 0, 0, 0.0
+        for p in prompts:
+            start = time.perf_counter()
+            for ids in vllm.stream_token_deltas(url, model, p, max_new_tokens):
+                tokens += len(ids)
+                chunks += 1
+            seconds += time.perf_counter() - start
+        counters = vllm.read_counters(url) - before if speculates else None
+        return seconds, tokens, chunks, counters
+
+    trials = sorted((once() for _ in range(repeats)), key=lambda t: t[0])
+    seconds, tokens, chunks, counters = trials[len(trials) // 2]
+    row = Row(engine, None, tokens, seconds)
+    if counters is not None:
+        row.acceptance_rate = counters.acceptance_rate
+        row.mean_accepted_tokens = tokens / chunks if chunks else None  # tokens per streamed step
+        row.extra["alpha_per_position"] = counters.alpha_per_position
+    return row
+
+
 def set_assistant(draft, gamma: int) -> None:
     """transformers' assisted generation reads γ from the assistant's generation_config."""
     draft.generation_config.num_assistant_tokens = gamma
@@ -143,9 +178,13 @@ def run_bench(
     max_new_tokens: int = 64,
     repeats: int = 3,
     progress: bool = True,
-    engines=ENGINES,
+    engines=DEFAULT_ENGINES,
+    vllm_urls: dict[str, str] | None = None,
 ) -> dict:
-    """Time every engine of ``engines`` (specdemo-baseline always: the predictions need t_t)."""
+    """Time every engine of ``engines`` (specdemo-baseline always: the predictions need t_t).
+
+    ``vllm_urls``: engine → server URL (default: ``vllm.configured_urls()``)."""
+    urls = {f"vllm-{role}": url for role, url in vllm.configured_urls().items()} | (vllm_urls or {})
     base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
     target, draft, eos = pair.target, pair.draft, pair.eos
     skipped = []
@@ -156,10 +195,9 @@ def run_bench(
     assistant = getattr(draft, "full_model", draft)
     pad = {"pad_token_id": next(iter(eos), 0)}
     jobs = [("specdemo-baseline", None)]
-    if "transformers-generate" in engines:
-        jobs.append(("transformers-generate", None))
+    jobs += [(e, None) for e in engines if e in ("transformers-generate", *VLLM_ENGINES)]
     for g in gammas:
-        jobs += [(e, g) for e in engines if e not in ("specdemo-baseline", "transformers-generate")]
+        jobs += [(e, g) for e in engines if e not in ("specdemo-baseline", "transformers-generate", *VLLM_ENGINES)]
     # warm-up, not timed: one short run through each code path
     warm = replace(base_cfg, max_new_tokens=min(8, max_new_tokens))
     run_all(baseline_steps(target, prompts[0], warm, eos))
@@ -185,6 +223,8 @@ def run_bench(
             else:
                 make = lambda p, cfg=cfg: decode_steps(target, draft, p, cfg, eos)
             rows.append(specdemo_row(engine, g, make, prompts, repeats, target.device))
+        elif engine in VLLM_ENGINES:
+            rows.append(vllm_row(engine, urls[engine], prompts, max_new_tokens, repeats))
         elif engine == "transformers-generate":
             rows.append(transformers_row(engine, g, target, prompts, max_new_tokens, repeats, **pad))
         elif engine == "transformers-assisted":
@@ -244,6 +284,10 @@ def summarise(rows: list[Row], device: str) -> dict:
         else:  # every engine against specdemo's own baseline, by the same wall clock
             d["speedup_over_baseline"] = r.tokens_per_second / base.tokens_per_second
         out.append(d)
+    vllm_base = by.get(("vllm-baseline", None))
+    for d in out:
+        if d["engine"] == "vllm-speculative" and vllm_base:  # vLLM's speedup over its own baseline
+            d["over_vllm_baseline"] = d["tokens_per_second"] / vllm_base.tokens_per_second
     assisted = {r["gamma"]: r for r in out if r["engine"] == "transformers-assisted"}
     for r in out:
         if r["engine"] == "specdemo-speculative" and r["gamma"] in assisted:
@@ -266,6 +310,7 @@ COLUMNS = [
     ("measured_over_predicted", "measured / predicted", "{:.2f}"),
     ("over_transformers_generate", "× transformers generate", "{:.2f}"),
     ("over_transformers_assisted", "× transformers assisted", "{:.2f}"),
+    ("over_vllm_baseline", "× vLLM baseline", "{:.2f}"),
 ]
 
 
