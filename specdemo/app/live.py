@@ -12,14 +12,19 @@ from dataclasses import replace
 
 from specdemo.app import model_thread
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, naive_handoff_steps, race
+from specdemo.errors import InputError
 from specdemo.measure.divergence import dtype_name
 from specdemo.measure.race import METHODS, RaceState  # noqa: F401  (the app's names for them)
+from specdemo.models import vllm
 
 
 def run_race(
     pair, prompt_ids: list[int], config: DecodeConfig, method: str, cancel: Callable[[], bool] | None = None
 ) -> Iterator[RaceState]:
     """Yield the state after every step of either side, until both finish (or ``cancel``)."""
+    if method == "vllm":
+        yield from vllm_race(pair, prompt_ids, config, cancel)
+        return
     if method == "naive":
         contender = naive_handoff_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
     else:
@@ -30,6 +35,24 @@ def run_race(
     for side, step in race(baseline, contender):
         (state.baseline if side == "baseline" else state.contender).append(step)
         yield state
+    state.done = True
+    yield state
+
+
+def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel=None) -> Iterator[RaceState]:
+    """The same race between two vLLM servers (baseline, speculative), both asked at once."""
+    if not config.sampling.greedy:
+        raise InputError("the vLLM race is greedy (temperature 0): set the temperature to 0", field="temperature")
+    urls = vllm.configured_urls()
+    baseline, contender, counters = vllm.race_steps(
+        urls["baseline"], urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel
+    )
+    state = RaceState("vllm", True, dtype="float32")
+    for side, step in race(baseline, contender):
+        (state.baseline if side == "baseline" else state.contender).append(step)
+        yield state
+    delta = counters()
+    state.server_counters = {"acceptance_rate": delta.acceptance_rate, "alpha_per_position": delta.alpha_per_position}
     state.done = True
     yield state
 

@@ -19,7 +19,7 @@ from specdemo.app.settings import (
     prepare,
 )
 from specdemo.errors import SpecDemoError
-from specdemo.measure.race import RaceState
+from specdemo.measure.race import VLLM_LEGEND, RaceState
 from specdemo.view import trace as traces
 from specdemo.view.plots import (
     acceptance_figure,
@@ -128,7 +128,8 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
         if live.cancelled:
             end = f"■ stopped: {token_counts(state)}"
         else:
-            end = done_status(state, live.wall_s, prep.note)
+            note = " · ".join(n for n in (prep.note, VLLM_LEGEND if s.method == "vllm" else "") if n)
+            end = done_status(state, live.wall_s, note)
         yield render(state, decode, prep.prompt, "all", end, trace)
     finally:
         live.close()

@@ -44,6 +44,7 @@ METHOD_LABELS = {
     "prompt lookup": "prompt-lookup",
     "token tree": "tree",
     "naive: draft writes half, target continues (NOT lossless)": "naive",
+    "vLLM servers: baseline vs speculative": "vllm",
 }
 
 
@@ -97,7 +98,7 @@ class Settings:
             max_new_tokens=whole(self.max_new_tokens, "max_new_tokens"),
             gamma=whole(self.gamma, "gamma"),
             schedule=self.schedule,
-            method="draft" if self.method == "naive" else self.method,
+            method="draft" if self.method in ("naive", "vllm") else self.method,
             max_new_tokens_cap=MAX_NEW_TOKENS,
             sampling=SamplingConfig(
                 number(self.temperature, "temperature"),
@@ -178,7 +179,7 @@ def prepare(s: Settings) -> Prepared:
     target_id, draft_id = (s.target_id or "").strip(), (s.draft_id or "").strip()
     if not target_id:
         raise InputError("no target model: pick a preset or type a model id under Advanced", field="target_id")
-    needs_draft = s.method != "prompt-lookup"
+    needs_draft = s.method not in ("prompt-lookup", "vllm")  # vLLM: the servers draft
     if needs_draft and not draft_id:
         raise InputError("this method needs a draft model: type one under Advanced, or use prompt lookup")
     options = LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")

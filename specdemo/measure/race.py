@@ -15,7 +15,14 @@ METHODS = {
     "prompt-lookup": ("speculative decoding with prompt lookup (no draft model)", True),
     "tree": ("speculative decoding with a token tree drafted by the draft model", True),
     "naive": ("NOT speculative decoding: the draft writes the first half, the target continues", False),
+    "vllm": ("vLLM's speculative decoding against vLLM's baseline, two servers over HTTP", True),
 }
+# Said under a vLLM race: what its colours can and cannot know.
+VLLM_LEGEND = (
+    "vLLM streams what each step emitted: green (kept drafts) and blue (bonus, all kept) are exact; "
+    "yellow is inferred (the target's token after a shorter run: a rejection, or a shorter proposal); "
+    "vLLM never sends rejected drafts, so none are struck; acceptance is from its /metrics"
+)
 
 
 @dataclass
@@ -26,6 +33,9 @@ class RaceState:
     contender: list[Step] = field(default_factory=list)
     done: bool = False
     dtype: str = "float32"  # the target's weights: where greedy outputs may differ, this is why
+    # A vLLM race: the speculative server's /metrics deltas (drafts, draft tokens, accepted, α per
+    # position), which its stream cannot show. None for specdemo's own engine.
+    server_counters: dict | None = None
 
     @property
     def lossless(self) -> bool:
@@ -63,6 +73,9 @@ class RaceState:
                 # the baseline needs one target forward per token
                 "target_forwards_saved": spec_tokens - len(spec),
             }
+            if self.server_counters is not None:  # the stream never shows rejected drafts
+                out["acceptance_rate"] = self.server_counters["acceptance_rate"]
+                out["alpha_per_position"] = self.server_counters["alpha_per_position"]
             if self.done:  # said once the race is over: "why no speedup?" from this run's own numbers
                 why = limited_by(base, spec, self.method)
                 out["limited_by"] = {"term": why["term"], "text": why["text"]} if why else None
