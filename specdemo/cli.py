@@ -21,6 +21,7 @@ from specdemo.measure.divergence import dtype_name
 from specdemo.models import (
     DTYPES,
     PRESETS,
+    QUANTIZATIONS,
     LoadOptions,
     check_prompt,
     configure_cpu_threads,
@@ -57,6 +58,12 @@ def add_pair_args(p):
         help="the draft scores only the target's N most frequent tokens (0 = all; default: the preset's)",
     )
     p.add_argument("--dtype", choices=list(DTYPES), default=None, help="weights' dtype (default: the preset's)")
+    p.add_argument(
+        "--quantization",
+        choices=list(QUANTIZATIONS),
+        default=None,
+        help="the target's: 8bit/4bit (bitsandbytes, CUDA), int8-cpu (int8 weights, bf16 products); default: preset's",
+    )
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
 
 
@@ -184,7 +191,7 @@ def decode_config(args) -> DecodeConfig:
 
 
 def load_from_args(args):
-    """The preset, overridden by --target/--draft/--draft-vocab/--dtype → a loaded Pair."""
+    """The preset, overridden by --target/--draft/--draft-vocab/--dtype/--quantization → a loaded Pair."""
     preset = PRESETS[args.preset]
     own_target = args.target is not None
     target_options = LoadOptions() if own_target else preset.target_options
@@ -192,6 +199,8 @@ def load_from_args(args):
     if args.dtype:
         target_options = replace(target_options, dtype=args.dtype)
         draft_options = replace(draft_options, dtype=args.dtype)
+    if getattr(args, "quantization", None):  # the target only: both sides of every speedup run it
+        target_options = replace(target_options, quantization=args.quantization)
     draft = None if getattr(args, "method", "draft") == "prompt-lookup" else (args.draft or preset.draft)
     draft_vocab = args.draft_vocab if args.draft_vocab is not None else (0 if args.draft else preset.draft_vocab)
     pair = load_pair(args.target or preset.target, draft, target_options, draft_options, draft_vocab=draft_vocab)
@@ -364,6 +373,7 @@ def cmd_profile(args) -> None:
 
 def cmd_serve_vllm(args) -> None:
     import shlex
+    import signal
     import time
 
     from specdemo.models import vllm
@@ -382,6 +392,10 @@ def cmd_serve_vllm(args) -> None:
         print(f"# {role}, http://127.0.0.1:{port}\nVLLM_CPU_OMP_THREADS_BIND={cores} {shlex.join(command)}")
     if args.print_only:
         return
+    for _, port, _ in commands.values():
+        if vllm.answers(f"http://127.0.0.1:{port}"):
+            raise vllm.BackendError(f"a server already answers on port {port}: stop it, or choose other ports")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` stops both servers too (the finally below)
     logs = Path.home() / ".cache" / "specdemo" / "logs"
     procs = [vllm.start_server(c, logs / f"vllm-{role}.log", cores) for role, (c, _, cores) in commands.items()]
     urls = [f"http://127.0.0.1:{port}" for _, port, _ in commands.values()]

@@ -246,3 +246,49 @@ def test_a_killed_server_is_one_status_line(servers, smollm2_target):
     with pytest.raises(vllm.BackendError, match="no vLLM server answers") as error:
         stream_ids(urls["baseline"], ids)
     assert "\n" not in str(error.value)
+
+
+# --- the commands ---------------------------------------------------------------------------
+
+
+def run_cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "specdemo", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_serve_vllm_print_only_prints_both_commands_and_starts_nothing():
+    r = run_cli("serve-vllm", "--preset", "bundled-tinystories", "--tokens", "3", "--print-only")
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if not line.startswith("#")]
+    assert len(lines) == 2
+    base, spec = lines
+    assert base.startswith("VLLM_CPU_OMP_THREADS_BIND=0 ") and "--port 8100" in base and "speculative" not in base
+    assert spec.startswith("VLLM_CPU_OMP_THREADS_BIND=1 ") and "--port 8101" in spec
+    assert '"num_speculative_tokens": 3' in spec
+
+
+def test_bench_with_a_server_that_is_down_is_one_line(tiny_folders):
+    url = f"http://127.0.0.1:{free_port()}"
+    r = run_cli(
+        "bench",
+        "--target",
+        str(tiny_folders["target"]),
+        "--draft",
+        str(tiny_folders["draft"]),
+        "--no-chat-template",
+        "--engines",
+        "specdemo-baseline,vllm-baseline",
+        "--vllm-baseline-url",
+        url,
+        "--gammas",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--repeats",
+        "1",
+        "--json",
+    )
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert f"no vLLM server answers at {url}" in r.stderr

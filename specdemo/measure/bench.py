@@ -198,6 +198,9 @@ def run_bench(
     jobs += [(e, None) for e in engines if e in ("transformers-generate", *VLLM_ENGINES)]
     for g in gammas:
         jobs += [(e, g) for e in engines if e not in ("specdemo-baseline", "transformers-generate", *VLLM_ENGINES)]
+    for engine in engines:  # a server that is down or in the wrong role: said before anything is timed
+        if engine in VLLM_ENGINES:
+            vllm.check_role(urls[engine], VLLM_ENGINES[engine])
     # warm-up, not timed: one short run through each code path
     warm = replace(base_cfg, max_new_tokens=min(8, max_new_tokens))
     run_all(baseline_steps(target, prompts[0], warm, eos))

@@ -76,7 +76,9 @@ class RaceState:
             if self.server_counters is not None:  # the stream never shows rejected drafts
                 out["acceptance_rate"] = self.server_counters["acceptance_rate"]
                 out["alpha_per_position"] = self.server_counters["alpha_per_position"]
-            if self.done:  # said once the race is over: "why no speedup?" from this run's own numbers
+            # said once the race is over: "why no speedup?" from this run's own numbers (specdemo's
+            # steps only: a vLLM stream has no draft or verify clocks to read it from)
+            if self.done and self.server_counters is None:
                 why = limited_by(base, spec, self.method)
                 out["limited_by"] = {"term": why["term"], "text": why["text"]} if why else None
         diff = self.first_difference()
