@@ -88,4 +88,6 @@ def rounding_unit(value: float, dtype: str) -> float:
 
 
 def dtype_name(model) -> str:
-    return str(getattr(model, "dtype", "float32")).removeprefix("torch.")
+    """The dtype the model's arithmetic rounds in (an int8 weight-only model: its bf16 products)."""
+    compute = getattr(model, "specdemo_compute_dtype", None)
+    return compute or str(getattr(model, "dtype", "float32")).removeprefix("torch.")

@@ -15,14 +15,14 @@ from specdemo.models import smollm2
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-QUANTIZATIONS = ("none", "8bit", "4bit")
+QUANTIZATIONS = ("none", "8bit", "4bit", "int8-cpu")
 
 
 @dataclass(frozen=True)
 class LoadOptions:
     dtype: str = "auto"  # auto: float16 on CUDA, float32 on CPU
     device: str = "auto"  # auto: CUDA when present (spread with device_map="auto"), else CPU
-    quantization: str = "none"  # none | 8bit | 4bit (NF4, double quant, compute in `dtype`)
+    quantization: str = "none"  # none | 8bit | 4bit (NF4, double quant, compute in `dtype`) | int8-cpu (int8.py)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -45,6 +45,12 @@ def quantization_config(options: LoadOptions, device: torch.device):
         raise InputError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {options.quantization!r}")
     if options.quantization == "none":
         return None
+    if options.quantization == "int8-cpu":
+        if device.type != "cpu":
+            raise ModelLoadError(
+                "int8-cpu is the CPU path (aten's int8 weight-only kernel): on a GPU choose 8bit or 4bit"
+            )
+        return None  # applied after loading (int8.py), not by transformers
     if device.type != "cuda":
         raise ModelLoadError(
             f"{options.quantization} quantization runs through bitsandbytes on a CUDA GPU, and this machine "
@@ -142,6 +148,10 @@ def load_model(model_id: str, options: LoadOptions = LoadOptions()):
         raise ModelLoadError(describe_load_failure(model_id, error)) from error
     if "device_map" not in kwargs and quant is None:
         model.to(device)
+    if options.quantization == "int8-cpu":
+        from specdemo.models.int8 import quantize_int8_weight_only
+
+        quantize_int8_weight_only(model)
     model.eval()
     return model, tokenizer
 
@@ -165,7 +175,8 @@ def configure_cpu_threads(pair) -> int:
     busy). Larger models keep every core. SPECDEMO_THREADS overrides."""
     if pair.target.device.type != "cpu":
         return torch.get_num_threads()
-    n_params = sum(p.numel() for p in pair.target.parameters())
+    # weights held as buffers count too (an int8 weight-only target keeps its matrices there)
+    n_params = sum(t.numel() for t in (*pair.target.parameters(), *pair.target.buffers()))
     threads = int(os.environ.get("SPECDEMO_THREADS", "0")) or (1 if n_params < 50_000_000 else os.cpu_count() or 1)
     torch.set_num_threads(threads)
     return threads
