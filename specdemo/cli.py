@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_args(smp)
     prec = sub.add_parser("precision", help="speed and greedy identity of a pair in several dtypes")
     add_pair_args(prec)
-    prec.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated dtypes to compare")
+    prec.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated dtypes (or int8-cpu) to compare")
     prec.add_argument("--prompts", default=None, help="a text file, one prompt per line (default: the preset's)")
     prec.add_argument("--gamma", type=int, default=4)
     prec.add_argument("--max-new-tokens", type=int, default=64)
@@ -337,11 +337,16 @@ def cmd_precision(args) -> None:
     from specdemo.measure.precision import format_precision, precision_table
 
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    if not dtypes or any(d not in DTYPES or d == "auto" for d in dtypes):
-        raise InputError(f"--dtypes takes some of float32, bfloat16, float16, got {args.dtypes!r}")
+    if not dtypes or any((d not in DTYPES or d == "auto") and d != "int8-cpu" for d in dtypes):
+        raise InputError(f"--dtypes takes some of float32, bfloat16, float16, int8-cpu, got {args.dtypes!r}")
     validate_config(DecodeConfig(max_new_tokens=args.max_new_tokens, gamma=args.gamma))
     texts = bench_prompts(args.prompts or PRESETS[args.preset].prompts_file)
-    load = lambda dtype: load_from_args(argparse.Namespace(**{**vars(args), "dtype": dtype}))  # noqa: E731
+
+    def load(choice: str):  # int8-cpu: fp32 weights, the target's linears in int8
+        quantization = "int8-cpu" if choice == "int8-cpu" else None
+        dtype = "float32" if quantization else choice
+        return load_from_args(argparse.Namespace(**{**vars(args), "dtype": dtype, "quantization": quantization}))
+
     rows = precision_table(load, texts, lambda pair, t: encode(pair, args, t), dtypes, args.gamma, args.max_new_tokens)
     print(json.dumps(rows) if args.json else format_precision(rows))
 

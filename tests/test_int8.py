@@ -84,3 +84,23 @@ def test_int8_cpu_is_refused_on_cuda(tiny_folders):
 
     with pytest.raises(ModelLoadError, match="CPU path"):
         load_model(str(tiny_folders["target"]), LoadOptions(quantization="int8-cpu", device="cuda"))
+
+
+def test_precision_compares_int8_cpu_with_float32(tiny_folders):
+    import json
+    import subprocess
+    import sys
+
+    prompts = tiny_folders["target"].parent / "prompts.txt"
+    prompts.write_text("once upon a time\nthe dog and the cat\n")
+    args = ["--target", str(tiny_folders["target"]), "--draft", str(tiny_folders["draft"]), "--no-chat-template"]
+    command = [sys.executable, "-m", "specdemo", "precision", *args, "--dtypes", "float32,int8-cpu"]
+    command += ["--prompts", str(prompts), "--max-new-tokens", "12", "--gamma", "2", "--json"]
+    r = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = {row["dtype"]: row for row in json.loads(r.stdout)}
+    assert set(rows) == {"float32", "int8-cpu"}
+    assert rows["float32"]["identical"] == 2  # fp32: token for token
+    int8 = rows["int8-cpu"]
+    assert int8["identical"] + int8["near_ties"] == 2  # int8: identical, or parted at a near-tie
+    assert all(d["dtype"] == "bfloat16" for d in int8["divergences"])

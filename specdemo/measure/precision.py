@@ -1,4 +1,5 @@
-"""``python -m specdemo precision``: speed and greedy identity of one preset in several dtypes.
+"""``python -m specdemo precision``: speed and greedy identity of one preset in several dtypes
+(and ``int8-cpu``: fp32 with int8 weight-only linears in the target).
 
 For each dtype: load the pair in it, run the baseline and speculative decoding on every prompt
 (greedy, wall clock around each whole generation), and count the prompts whose two outputs are
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from specdemo.decoding.engine import DecodeConfig
 from specdemo.measure.compare import compare
-from specdemo.measure.divergence import explain
+from specdemo.measure.divergence import dtype_name, explain
 
 
 def measure_dtype(load, prompts: list[str], encode, config: DecodeConfig, dtype: str) -> dict:
@@ -24,7 +25,7 @@ def measure_dtype(load, prompts: list[str], encode, config: DecodeConfig, dtype:
         base, spec = compare(pair, ids, config)
         base_s, spec_s = base_s + base.wall_s, spec_s + spec.wall_s
         base_n, spec_n = base_n + len(base.token_ids), spec_n + len(spec.token_ids)
-        why = explain(base.steps, spec.steps, dtype)
+        why = explain(base.steps, spec.steps, dtype_name(pair.target))  # the arithmetic it rounds in
         identical += why is None and base.token_ids == spec.token_ids
         if why is not None:
             divergences.append(why)
