@@ -40,6 +40,7 @@ from specdemo.app.settings import (
     find_problem,
     preset_fields,
 )
+from specdemo.models import vllm
 from specdemo.view.render import legend_html
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -174,7 +175,7 @@ def build_demo() -> gr.Blocks:
                 quantization = gr.Radio(
                     list(models.QUANTIZATIONS),
                     value=first.target_options.quantization,
-                    label="Target quantization (bitsandbytes, CUDA only)",
+                    label="Target quantization (8bit / 4bit: bitsandbytes, CUDA; int8-cpu: int8 weights on a CPU)",
                 )
                 dtype = gr.Radio(list(DTYPE_CHOICES), value=first.target_options.dtype, label="dtype")
                 chat_template = gr.Checkbox(first.chat_template, label="Apply the chat template")
@@ -184,6 +185,14 @@ def build_demo() -> gr.Blocks:
                     minimum=0,
                     label="Draft vocabulary: score only the N most frequent tokens (0 = all)",
                 )
+                vllm_default = vllm.configured_urls()  # the vLLM method's servers (README)
+                with gr.Row():
+                    vllm_baseline_url = gr.Textbox(
+                        "", placeholder=vllm_default["baseline"], label="vLLM baseline server (the vLLM method)"
+                    )
+                    vllm_speculative_url = gr.Textbox(
+                        "", placeholder=vllm_default["speculative"], label="vLLM speculative server"
+                    )
         # Each setting's component is named after its Settings field: every model handler
         # gets them all by name (inputs_kwargs); a field without its component fails right here.
         components = locals()

@@ -89,6 +89,16 @@ def test_a_baseline_stream_is_one_target_token_per_step():
     assert all(s.accepted == 0 and s.bonus == s.emitted[0] and s.correction is None for s in steps)
 
 
+def test_the_apps_url_fields_win_over_the_environment(monkeypatch):
+    from specdemo.app.settings import Settings
+
+    monkeypatch.setenv("SPECDEMO_VLLM_BASELINE_URL", "http://env-a:1")
+    monkeypatch.setenv("SPECDEMO_VLLM_SPECULATIVE_URL", "http://env-b:2/")
+    assert Settings().vllm_urls() == {"baseline": "http://env-a:1", "speculative": "http://env-b:2"}
+    typed = Settings(vllm_speculative_url=" http://typed:3/ ").vllm_urls()
+    assert typed == {"baseline": "http://env-a:1", "speculative": "http://typed:3"}
+
+
 # --- faults are one line ---------------------------------------------------------------------
 
 
@@ -218,15 +228,18 @@ def test_bench_rows_through_the_backend(servers, smollm2_target):
 
 @pytest.mark.vllm
 @needs_vllm
-def test_the_apps_race_runs_through_the_backend(servers, smollm2_target, monkeypatch):
+def test_the_apps_race_runs_through_the_backend(servers, smollm2_target):
     from specdemo.app import race as race_tab
     from specdemo.app.settings import Settings
 
     urls, _ = servers
-    monkeypatch.setenv("SPECDEMO_VLLM_BASELINE_URL", urls["baseline"])
-    monkeypatch.setenv("SPECDEMO_VLLM_SPECULATIVE_URL", urls["speculative"])
     settings = Settings.from_preset(
-        "smollm2-135m", prompt=PROMPT, method_label="vLLM servers: baseline vs speculative", max_new_tokens=48
+        "smollm2-135m",
+        prompt=PROMPT,
+        method_label="vLLM servers: baseline vs speculative",
+        max_new_tokens=48,
+        vllm_baseline_url=urls["baseline"],  # the fields under Advanced
+        vllm_speculative_url=urls["speculative"] + "/",
     )
     final = list(race_tab.race(settings))[-1]
     baseline_pane, speculative_pane, status = final[0], final[1], final[-2]

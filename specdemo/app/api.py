@@ -34,7 +34,7 @@ def compare_api(
     try:
         if preset not in PRESETS:
             raise InputError(f"unknown preset {preset!r}: one of {', '.join(PRESETS)}")
-        labels = {v: k for k, v in METHOD_LABELS.items() if v != "naive"}
+        labels = {v: k for k, v in METHOD_LABELS.items() if v not in ("naive", "vllm")}  # specdemo's own
         if method not in labels:
             raise InputError("method must be draft, prompt-lookup or tree")
         s = Settings.from_preset(

@@ -19,11 +19,17 @@ from specdemo.models import vllm
 
 
 def run_race(
-    pair, prompt_ids: list[int], config: DecodeConfig, method: str, cancel: Callable[[], bool] | None = None
+    pair,
+    prompt_ids: list[int],
+    config: DecodeConfig,
+    method: str,
+    cancel: Callable[[], bool] | None = None,
+    vllm_urls: dict[str, str] | None = None,
 ) -> Iterator[RaceState]:
-    """Yield the state after every step of either side, until both finish (or ``cancel``)."""
+    """Yield the state after every step of either side, until both finish (or ``cancel``).
+    ``vllm_urls``: the vLLM method's servers (default: ``vllm.configured_urls()``)."""
     if method == "vllm":
-        yield from vllm_race(pair, prompt_ids, config, cancel)
+        yield from vllm_race(pair, prompt_ids, config, cancel, vllm_urls or vllm.configured_urls())
         return
     if method == "naive":
         contender = naive_handoff_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
@@ -39,11 +45,10 @@ def run_race(
     yield state
 
 
-def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel=None) -> Iterator[RaceState]:
+def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, str]) -> Iterator[RaceState]:
     """The same race between two vLLM servers (baseline, speculative), both asked at once."""
     if not config.sampling.greedy:
         raise InputError("the vLLM race is greedy (temperature 0): set the temperature to 0", field="temperature")
-    urls = vllm.configured_urls()
     baseline, contender, counters = vllm.race_steps(
         urls["baseline"], urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel
     )
@@ -67,18 +72,18 @@ class LiveRace:
         race.close()   # also stops a race still running (a closed browser tab, Stop)
     """
 
-    def __init__(self, pair, prompt_ids: list[int], config: DecodeConfig, method: str):
+    def __init__(self, pair, prompt_ids: list[int], config: DecodeConfig, method: str, vllm_urls=None):
         self._cancel = threading.Event()
         self._done = threading.Event()
         self._state = RaceState(method, config.sampling.greedy, dtype=dtype_name(pair.target))
         self.error: BaseException | None = None
         self.started = time.perf_counter()
         self.finished: float | None = None
-        self._future = model_thread.submit(self._run, pair, prompt_ids, config, method)
+        self._future = model_thread.submit(self._run, pair, prompt_ids, config, method, vllm_urls)
 
-    def _run(self, pair, prompt_ids, config, method) -> None:
+    def _run(self, pair, prompt_ids, config, method, vllm_urls) -> None:
         try:
-            for state in run_race(pair, prompt_ids, config, method, cancel=self._cancel.is_set):
+            for state in run_race(pair, prompt_ids, config, method, self._cancel.is_set, vllm_urls):
                 self._state = state
         except BaseException as error:  # handed to the consumer, which shows it
             self.error = error

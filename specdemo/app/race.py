@@ -105,7 +105,7 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
     decode = decoder(prep.pair.tokenizer)
     settings = asdict(s)
     device = str(prep.pair.target.device)
-    live = LiveRace(prep.pair, prep.ids, prep.config, s.method)
+    live = LiveRace(prep.pair, prep.ids, prep.config, s.method, vllm_urls=s.vllm_urls())
     try:
         last_figures = time.perf_counter()
         while not live.wait(PANES_EVERY_S):

@@ -23,6 +23,7 @@ from specdemo.models import (
     encode_prompt,
     load_pair,
     lowercases,
+    vllm,
 )
 
 log = logging.getLogger("specdemo.app")
@@ -73,6 +74,8 @@ class Settings:
     tree_depth: int = 4
     tree_nodes: int = 12
     draft_vocab: int = 0
+    vllm_baseline_url: str = ""  # the vLLM method's servers ("": $SPECDEMO_VLLM_*_URL or loopback)
+    vllm_speculative_url: str = ""
 
     @classmethod
     def from_preset(cls, name: str, **changes) -> Settings:
@@ -88,6 +91,11 @@ class Settings:
             prompt=p.examples[0] if p.examples else "",
         )
         return cls(**(values | changes))
+
+    def vllm_urls(self) -> dict[str, str]:
+        """{"baseline", "speculative"}: the fields where filled in, else the environment's."""
+        typed = {"baseline": self.vllm_baseline_url, "speculative": self.vllm_speculative_url}
+        return vllm.configured_urls() | {role: url.strip().rstrip("/") for role, url in typed.items() if url.strip()}
 
     @property
     def method(self) -> str:
