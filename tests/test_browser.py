@@ -190,6 +190,31 @@ def test_step_inspector_theory_benchmark_and_check_tabs(page):
     no_error_badge(page)
 
 
+def test_which_method_when_and_the_vllm_method_without_its_servers(page):
+    """The stored methods × tasks table; then the vLLM method with no server there: one line."""
+    from conftest import free_port
+
+    page.get_by_role("tab", name="Which method when?").click()
+    table = page.locator("table.tasks")
+    table.wait_for(timeout=30_000)
+    assert "rewrite" in table.inner_text() and "prompt-lookup" in table.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "browser-methods-tab.png"), full_page=True)
+
+    page.get_by_role("tab", name="Race").click()
+    page.get_by_text("Advanced: models and precision").click()
+    dead = f"http://127.0.0.1:{free_port()}"
+    page.get_by_label("vLLM baseline server (the vLLM method)").fill(dead)
+    page.get_by_label("Method").click()
+    page.get_by_role("option", name="vLLM servers: baseline vs speculative").click()
+    page.locator("#run-btn").click()
+    wait_status(page, "⚠", timeout=120_000)
+    assert f"no vLLM server answers at {dead}" in status(page) and "serve-vllm" in status(page)
+    no_error_badge(page)
+    page.get_by_label("Method").click()
+    page.get_by_role("option", name="draft model", exact=True).click()
+    page.get_by_text("Advanced: models and precision").click()
+
+
 def test_the_bundled_pair_keeps_up_too(page, app_server):
     page.get_by_role("tab", name="Race").click()
     page.locator("#preset input").fill("bundled-tinystories")

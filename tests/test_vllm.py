@@ -84,6 +84,14 @@ def test_a_vllm_stream_renders_in_the_race_colours_without_p_and_q():
     assert "does not report p and q" in hover_text(spans[3], greedy=True)
 
 
+def test_the_acceptance_plot_of_a_vllm_race_is_the_servers_running_rate():
+    from specdemo.view.plots import acceptance_figure
+
+    figure = acceptance_figure([], server=[(3, 0.5), (7, 0.75)])
+    (line,) = figure.data
+    assert line.name == "vLLM /metrics" and list(line.x) == [3, 7] and list(line.y) == [0.5, 0.75]
+
+
 def test_a_baseline_stream_is_one_target_token_per_step():
     steps = list(vllm.delta_steps(iter([([5], 0.1), ([6], 0.1), ([7], 0.1)]), speculative_tokens=0))
     assert all(s.accepted == 0 and s.bonus == s.emitted[0] and s.correction is None for s in steps)
@@ -246,6 +254,24 @@ def test_the_apps_race_runs_through_the_backend(servers, smollm2_target):
     assert status.startswith("✓ done") and "inferred" in status, status
     assert "passive" not in baseline_pane or "garden" in speculative_pane  # both panes carry the answer
     assert "garden" in baseline_pane and "garden" in speculative_pane
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_the_race_reads_acceptance_from_the_servers_counters(servers, smollm2_target):
+    from specdemo.app.live import run_race
+    from specdemo.decoding.engine import DecodeConfig
+    from specdemo.models import encode_prompt
+
+    urls, _ = servers
+    pair = smollm2_target
+    ids = encode_prompt(pair.tokenizer, PROMPT)
+    final = list(run_race(pair, ids, DecodeConfig(max_new_tokens=48), "vllm", None, urls))[-1]
+    summary = final.summary()
+    assert final.done and final.tokens("baseline") == final.tokens("speculative")
+    # the stream alone would say 100% (it never shows a rejected draft); the counters say less
+    assert 0 < summary["acceptance_rate"] == final.server_counters["acceptance_rate"] < 1
+    assert final.server_acceptance[-1] == (len(final.contender), summary["acceptance_rate"])
 
 
 @pytest.mark.vllm

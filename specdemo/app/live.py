@@ -45,6 +45,9 @@ def run_race(
     yield state
 
 
+COUNTERS_EVERY_S = 0.5  # one /metrics request per half second: no load on the server worth measuring
+
+
 def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, str]) -> Iterator[RaceState]:
     """The same race between two vLLM servers (baseline, speculative), both asked at once."""
     if not config.sampling.greedy:
@@ -53,11 +56,24 @@ def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, st
         urls["baseline"], urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel
     )
     state = RaceState("vllm", True, dtype="float32")
+
+    def read_counters():  # the live acceptance: vLLM's counters so far (about twice a second)
+        delta = counters()
+        state.server_counters = {
+            "acceptance_rate": delta.acceptance_rate,
+            "alpha_per_position": delta.alpha_per_position,
+        }
+        if delta.acceptance_rate is not None:
+            state.server_acceptance.append((len(state.contender), delta.acceptance_rate))
+
+    last = time.perf_counter()
     for side, step in race(baseline, contender):
         (state.baseline if side == "baseline" else state.contender).append(step)
+        if time.perf_counter() - last >= COUNTERS_EVERY_S:
+            last = time.perf_counter()
+            read_counters()
         yield state
-    delta = counters()
-    state.server_counters = {"acceptance_rate": delta.acceptance_rate, "alpha_per_position": delta.alpha_per_position}
+    read_counters()
     state.done = True
     yield state
 
@@ -98,7 +114,12 @@ class LiveRace:
     def snapshot(self) -> RaceState:
         """A copy of the state so far that the producer will not change under the reader."""
         state = self._state
-        return replace(state, baseline=list(state.baseline), contender=list(state.contender))
+        return replace(
+            state,
+            baseline=list(state.baseline),
+            contender=list(state.contender),
+            server_acceptance=list(state.server_acceptance),
+        )
 
     @property
     def wall_s(self) -> float:

@@ -59,7 +59,8 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
     mark = state.first_difference() if state.greedy and state.lossless else None
     if figures in ("all", "live"):
         base, spec = state.baseline, state.contender
-        live = (race_figure(base, spec, label), speedup_figure(base, spec), acceptance_figure(spec))
+        server = state.server_acceptance if state.server_counters is not None else None
+        live = (race_figure(base, spec, label), speedup_figure(base, spec), acceptance_figure(spec, server))
     else:
         live = (KEEP,) * 3
     rest = (

@@ -36,6 +36,7 @@ class RaceState:
     # A vLLM race: the speculative server's /metrics deltas (drafts, draft tokens, accepted, α per
     # position), which its stream cannot show. None for specdemo's own engine.
     server_counters: dict | None = None
+    server_acceptance: list[tuple[int, float]] = field(default_factory=list)  # (steps so far, acceptance)
 
     @property
     def lossless(self) -> bool:

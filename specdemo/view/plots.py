@@ -59,8 +59,16 @@ def race_figure(base: Sequence, spec: Sequence, spec_label: str = "speculative")
     return _live_figure(traces, "The race: tokens vs compute time", "seconds", "tokens")
 
 
-def acceptance_figure(spec: Sequence) -> go.Figure:
-    """Fraction of each step's draft that was kept, and the running acceptance rate."""
+def acceptance_figure(spec: Sequence, server: Sequence[tuple[int, float]] | None = None) -> go.Figure:
+    """Fraction of each step's draft that was kept, and the running acceptance rate.
+
+    ``server``: (steps so far, acceptance so far) read from a serving engine's counters (vLLM),
+    whose stream never shows the rejected drafts: then that running rate alone."""
+    if server is not None:
+        line = dict(type="scatter", x=[x for x, _ in server], y=[y for _, y in server], name="vLLM /metrics")
+        figure = _live_figure([line], "Acceptance so far (vLLM's counters)", "step", "accepted / drafted")
+        figure.layout.yaxis.range = [0, 1.05]
+        return figure
     steps = [s for s in spec if s.drafted]
     running, kept, drafted = [], 0, 0
     for s in steps:
