@@ -203,14 +203,17 @@ def test_which_method_when_and_the_vllm_method_without_its_servers(page):
     page.get_by_role("tab", name="Race").click()
     page.get_by_text("Advanced: models and precision").click()
     dead = f"http://127.0.0.1:{free_port()}"
-    page.get_by_label("vLLM baseline server (the vLLM method)").fill(dead)
-    page.get_by_label("Method").click()
+    field = page.get_by_label("vLLM baseline server (the vLLM method)")
+    field.fill(dead)
+    field.press("Tab")  # gradio takes a textbox's value when it loses focus
+    assert field.input_value() == dead
+    page.get_by_label("Method", exact=True).click()
     page.get_by_role("option", name="vLLM servers: baseline vs speculative").click()
     page.locator("#run-btn").click()
     wait_status(page, "⚠", timeout=120_000)
     assert f"no vLLM server answers at {dead}" in status(page) and "serve-vllm" in status(page)
     no_error_badge(page)
-    page.get_by_label("Method").click()
+    page.get_by_label("Method", exact=True).click()
     page.get_by_role("option", name="draft model", exact=True).click()
     page.get_by_text("Advanced: models and precision").click()
 
