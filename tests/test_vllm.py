@@ -92,6 +92,20 @@ def test_the_acceptance_plot_of_a_vllm_race_is_the_servers_running_rate():
     assert line.name == "vLLM /metrics" and list(line.x) == [3, 7] and list(line.y) == [0.5, 0.75]
 
 
+def test_a_race_summary_before_the_server_has_drafted_shows_a_dash():
+    from specdemo.measure.race import RaceState
+    from specdemo.view.render import summary_html
+
+    steps = list(vllm.delta_steps(iter([([5], 0.1), ([6], 0.1)]), speculative_tokens=4))
+    state = RaceState("vllm", True, baseline=steps, contender=steps)
+    state.server_counters = {"acceptance_rate": None, "alpha_per_position": []}  # no proposal yet
+    summary = state.summary()
+    assert summary["acceptance_rate"] is None and "limited_by" not in summary
+    html = summary_html(summary, True, True)
+    acceptance_row = next(row for row in html.split("<tr") if "acceptance" in row)
+    assert "–" in acceptance_row and "%" not in acceptance_row
+
+
 def test_a_baseline_stream_is_one_target_token_per_step():
     steps = list(vllm.delta_steps(iter([([5], 0.1), ([6], 0.1), ([7], 0.1)]), speculative_tokens=0))
     assert all(s.accepted == 0 and s.bonus == s.emitted[0] and s.correction is None for s in steps)

@@ -161,7 +161,11 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
     ]
     if "acceptance_rate" in summary:
         rows += [
-            ("acceptance", f"{summary['acceptance_rate']:.0%}", "share of drafted tokens the target kept"),
+            (
+                "acceptance",
+                "–" if summary["acceptance_rate"] is None else f"{summary['acceptance_rate']:.0%}",  # none drafted yet
+                "share of drafted tokens the target kept",
+            ),
             ("τ", f"{summary['mean_accepted_tokens']:.2f}", "tokens emitted per target forward"),
             (
                 "forwards saved",
