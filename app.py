@@ -201,7 +201,7 @@ def build_demo() -> gr.Blocks:
         with gr.Tabs():
             with gr.Tab("Race"):
                 status = gr.Markdown("", elem_id="status")
-                gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified")))
+                gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified", "target")))
                 with gr.Row():
                     with gr.Column():
                         gr.Markdown("### Baseline: the target alone")
