@@ -244,6 +244,7 @@ def build_demo() -> gr.Blocks:
                 gr.Markdown(texts.METHODS_TAB)
                 methods_plot = gr.Plot(label="methods × tasks")
                 methods_table = gr.HTML("")
+                zoo_plot = gr.Plot(label="drafter zoo")
                 with gr.Row():
                     methods_tokens = gr.Slider(16, 96, value=48, step=8, label="new tokens per prompt (re-measure)")
                     methods_btn = gr.Button("Re-measure on this machine (a few minutes)", variant="secondary")
@@ -307,10 +308,14 @@ def build_demo() -> gr.Blocks:
         gr.api(compare_api, api_name="compare", concurrency_id="models")
         methods_inputs = settings | dict(max_new_tokens=methods_tokens)
         methods_btn.click(
-            methods_remeasure, inputs_kwargs=methods_inputs, outputs=[methods_plot, methods_table], **model_event
+            methods_remeasure,
+            inputs_kwargs=methods_inputs,
+            outputs=[methods_plot, methods_table, zoo_plot],
+            **model_event,
         )
-        preset.change(tabs.methods_view, preset, [methods_plot, methods_table], api_visibility="private")
-        demo.load(tabs.methods_view, preset, [methods_plot, methods_table], api_visibility="private")
+        methods_out = [methods_plot, methods_table, zoo_plot]
+        preset.change(tabs.methods_view, preset, methods_out, api_visibility="private")
+        demo.load(tabs.methods_view, preset, methods_out, api_visibility="private")
         demo.unload(forget)
     demo.queue(max_size=MAX_QUEUE, default_concurrency_limit=CONCURRENCY)
     return demo

@@ -370,8 +370,10 @@ def test_the_api_page_lists_only_the_public_endpoints(client):
 
 
 def test_which_method_when_tab_measures_and_explains_each_task():
-    figure, table = tabs.methods_remeasure(settings(), max_new_tokens=8)
+    figure, table, zoo = tabs.methods_remeasure(settings(), max_new_tokens=8)
     assert figure is not None and "<table class='tasks'>" in table
+    points = {trace.name: len(trace.x) for trace in zoo.data[1:]}  # after the contours: one trace per method
+    assert points == {"draft": 9, "prompt-lookup": 9}  # one point per task
     for task in ("chat", "code-edit", "rewrite", "extract", "multi-turn"):
         assert f"<td>{task}</td>" in table
     assert table.count(" wins on ") + table.count("Nothing pays on ") == 9  # one sentence per task

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import plotly.graph_objects as go
+import pytest
+
 from specdemo.decoding.engine import Step
 from specdemo.measure.race import RaceState
 from specdemo.view.plots import live_figures, running_speedup
@@ -117,3 +120,22 @@ def test_the_inspector_shows_the_rule_greedy_uses_and_the_one_sampling_uses():
     step.draws = [0.1, 0.95]
     sampled = step_table_html(step, decode, greedy=False)
     assert "<th>min(1, p/q)</th>" in sampled and "<th>rule</th>" not in sampled and "0.950" in sampled
+
+
+def test_the_drafter_zoo_puts_each_method_over_leviathans_contours():
+    import json
+    from pathlib import Path
+
+    from specdemo.view.plots import zoo_figure
+
+    result = json.loads((Path(__file__).parent.parent / "assets" / "tasks" / "smollm2-135m.json").read_text())
+    figure = zoo_figure(result, gamma=4)
+    contour, *points = figure.data
+    assert contour.type == "contour" and {p.name for p in points} == {"draft", "feature", "prompt-lookup"}
+    alphas, costs = list(contour.y), list(contour.x)
+    i, j = alphas.index(0.8), costs.index(0.0)
+    assert contour.z[i][j] == pytest.approx((1 - 0.8**5) / (1 - 0.8))  # τ at γ = 4, a free draft
+    assert contour.z[0][j] == pytest.approx(1.0)  # α = 0: one token per step, no gain
+    lookup = next(p for p in points if p.name == "prompt-lookup")
+    assert max(lookup.x) < 0.01  # prompt lookup costs (almost) nothing to propose
+    go.Figure(figure)  # plotly validates the whole figure

@@ -24,6 +24,7 @@ from specdemo.view.plots import (
     lossless_figure,
     tasks_figure,
     theory_figure,
+    zoo_figure,
 )
 from specdemo.view.render import table_html
 
@@ -139,12 +140,13 @@ def methods_table_html(result: dict) -> str:
 
 
 def methods_view(preset: str) -> tuple:
-    """The stored methods × tasks table of this preset (measured on the machine it names)."""
+    """The stored methods × tasks table of this preset (measured on the machine it names): the heat
+    map, the table with its why sentences, and the drafter zoo (α vs c)."""
     path = STORED_TASKS / f"{preset}.json"
     if not path.exists():
-        return None, f"<p>No stored table for {escape(preset)}: press <b>Re-measure</b> (a few minutes).</p>"
+        return None, f"<p>No stored table for {escape(preset)}: press <b>Re-measure</b> (a few minutes).</p>", None
     result = json.loads(path.read_text(encoding="utf-8"))
-    return tasks_figure(result), methods_table_html(result)
+    return tasks_figure(result), methods_table_html(result), zoo_figure(result)
 
 
 def methods_remeasure(s: Settings, max_new_tokens: int = 48, progress=None) -> tuple:
@@ -160,6 +162,6 @@ def methods_remeasure(s: Settings, max_new_tokens: int = 48, progress=None) -> t
         drafters = {"draft": (pair.draft, prep.config.gamma, "draft"), "prompt-lookup": (None, 4, "prompt-lookup")}
         result = model_thread.call(run_tasks, pair.target, drafters, ids, int(max_new_tokens), pair.eos, progress=True)
         result |= {"preset": s.target_id, "gammas": {m: g for m, (_, g, _) in drafters.items()}, "measured": "now"}
-        return tasks_figure(result), methods_table_html(result)
+        return tasks_figure(result), methods_table_html(result), zoo_figure(result)
     except Exception as error:
-        return None, f"<p>⚠ {friendly(error)}</p>"
+        return None, f"<p>⚠ {friendly(error)}</p>", None

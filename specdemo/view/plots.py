@@ -364,3 +364,47 @@ def tasks_figure(result: dict) -> go.Figure:
         )
     )
     return _layout(fig, "speedup over the baseline (★ best method per task)", "method", "task", height=380)
+
+
+def zoo_figure(result: dict, gamma: int | None = None) -> go.Figure:
+    """The drafter zoo: each method on each task as a point (c = draft cost per token / target
+    step, α = acceptance), over Leviathan's predicted speedup τ / (γc + 1) with
+    τ = (1 − α^(γ+1)) / (1 − α) (which assumes a verify costs one step). A drafter pays only when
+    it is both right (up) and cheap (left): the contour 1× is where it breaks even."""
+    from specdemo.measure.metrics import theoretical_speedup
+
+    gamma = gamma or result.get("gammas", {}).get("draft") or 4
+    alphas = [i / 50 for i in range(50)]  # α < 1: τ's formula divides by 1 − α
+    top_c = max(0.3, max((r.get("c") or 0 for r in result["rows"]), default=0) * 1.2)
+    costs = [top_c * i / 40 for i in range(41)]
+    z = [[theoretical_speedup(a, gamma, c) for c in costs] for a in alphas]
+    contours = go.Contour(
+        x=costs,
+        y=alphas,
+        z=z,
+        contours=dict(start=0.5, end=3.0, size=0.25, showlabels=True),
+        colorscale=[[0, "#fbe3dc"], [0.2, "#ffffff"], [1, "#cdeee9"]],
+        showscale=False,
+        hoverinfo="skip",
+        name=f"predicted × at γ = {gamma}",
+    )
+    fig = go.Figure(contours)
+    symbols = ["circle", "square", "diamond", "triangle-up", "x"]
+    for i, method in enumerate(dict.fromkeys(r["method"] for r in result["rows"])):
+        rows = [r for r in result["rows"] if r["method"] == method and r.get("alpha") is not None]
+        fig.add_trace(
+            go.Scatter(
+                x=[r.get("c") or 0.0 for r in rows],
+                y=[r["alpha"] for r in rows],
+                mode="markers",
+                name=method,
+                marker=dict(size=10, symbol=symbols[i % len(symbols)], line=dict(width=1, color="#333")),
+                text=[
+                    f"{r['task']}: α {r['alpha']:.2f}, c {r.get('c') or 0:.3f}, {r['speedup']:.2f}× measured"
+                    for r in rows
+                ],
+                hoverinfo="text",
+            )
+        )
+    title = f"the drafter zoo: acceptance α vs draft cost c (contours: predicted × at γ = {gamma}, verify = 1 step)"
+    return _layout(fig, title, "c = draft cost per token / target step", "α (acceptance)", height=380)
