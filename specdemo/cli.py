@@ -306,6 +306,7 @@ def cmd_bench(args) -> None:
     if args.tasks:
         return cmd_tasks(args)
     from specdemo.measure.bench import format_table, run_bench, to_json, write_csv
+    from specdemo.models import vllm
     from specdemo.view.plots import gamma_sweep_figure
 
     try:
@@ -323,8 +324,8 @@ def cmd_bench(args) -> None:
     texts = bench_prompts(args.prompts or PRESETS[args.preset].prompts_file)
     pair = load_from_args(args)
     prompts = [encode(pair, args, p) for p in texts]
-    urls = {"vllm-baseline": args.vllm_baseline_url, "vllm-speculative": args.vllm_speculative_url}
-    urls = {engine: url.rstrip("/") for engine, url in urls.items() if url}
+    urls = vllm.configured_urls(args.vllm_baseline_url, args.vllm_speculative_url)
+    urls = {f"vllm-{role}": url for role, url in urls.items()}
     result = run_bench(pair, prompts, gammas, args.max_new_tokens, args.repeats, not args.json, engines, urls)
     if args.csv:
         write_csv(result, args.csv)

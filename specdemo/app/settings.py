@@ -94,8 +94,7 @@ class Settings:
 
     def vllm_urls(self) -> dict[str, str]:
         """{"baseline", "speculative"}: the fields where filled in, else the environment's."""
-        typed = {"baseline": self.vllm_baseline_url, "speculative": self.vllm_speculative_url}
-        return vllm.configured_urls() | {role: url.strip().rstrip("/") for role, url in typed.items() if url.strip()}
+        return vllm.configured_urls(self.vllm_baseline_url, self.vllm_speculative_url)
 
     @property
     def method(self) -> str:

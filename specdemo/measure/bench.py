@@ -136,11 +136,11 @@ def transformers_row(engine, gamma, target, prompts, max_new_tokens, repeats, **
     return Row(engine, gamma, tokens, seconds)
 
 
-def vllm_row(engine: str, url: str, prompts, max_new_tokens: int, repeats: int) -> Row:
-    """A vLLM server by the same clock: wall time around each whole streamed request; the
-    speculative counters are /metrics deltas around the repeat that is kept."""
+def vllm_row(engine: str, url: str, model: str, prompts, max_new_tokens: int, repeats: int) -> Row:
+    """A vLLM server (``model``: the name it serves, from ``vllm.check_role``) by the same clock:
+    wall time around each whole streamed request; the speculative counters are /metrics deltas
+    around the repeat that is kept."""
     speculates = VLLM_ENGINES[engine]
-    model = vllm.check_role(url, speculates)
 
     def once():
         before = vllm.read_counters(url) if speculates else None
@@ -198,9 +198,8 @@ def run_bench(
     jobs += [(e, None) for e in engines if e in ("transformers-generate", *VLLM_ENGINES)]
     for g in gammas:
         jobs += [(e, g) for e in engines if e not in ("specdemo-baseline", "transformers-generate", *VLLM_ENGINES)]
-    for engine in engines:  # a server that is down or in the wrong role: said before anything is timed
-        if engine in VLLM_ENGINES:
-            vllm.check_role(urls[engine], VLLM_ENGINES[engine])
+    # a server that is down or in the wrong role: said before anything is timed
+    served = {e: vllm.check_role(urls[e], speculates) for e, speculates in VLLM_ENGINES.items() if e in engines}
     # warm-up, not timed: one short run through each code path
     warm = replace(base_cfg, max_new_tokens=min(8, max_new_tokens))
     run_all(baseline_steps(target, prompts[0], warm, eos))
@@ -227,7 +226,7 @@ def run_bench(
                 make = lambda p, cfg=cfg: decode_steps(target, draft, p, cfg, eos)
             rows.append(specdemo_row(engine, g, make, prompts, repeats, target.device))
         elif engine in VLLM_ENGINES:
-            rows.append(vllm_row(engine, urls[engine], prompts, max_new_tokens, repeats))
+            rows.append(vllm_row(engine, urls[engine], served[engine], prompts, max_new_tokens, repeats))
         elif engine == "transformers-generate":
             rows.append(transformers_row(engine, g, target, prompts, max_new_tokens, repeats, **pad))
         elif engine == "transformers-assisted":

@@ -30,12 +30,15 @@ from specdemo.decoding.steps import Step
 from specdemo.errors import SpecDemoError
 
 
-def configured_urls() -> dict[str, str]:
-    """{"baseline", "speculative"}: the servers' URLs, from the environment at each call."""
-    return {
-        "baseline": os.environ.get("SPECDEMO_VLLM_BASELINE_URL", "http://127.0.0.1:8100").rstrip("/"),
-        "speculative": os.environ.get("SPECDEMO_VLLM_SPECULATIVE_URL", "http://127.0.0.1:8101").rstrip("/"),
+def configured_urls(baseline: str | None = None, speculative: str | None = None) -> dict[str, str]:
+    """{"baseline", "speculative"}: the servers' URLs. A URL given here (a field, a flag) wins when
+    it is not blank; else the environment's at each call; else loopback."""
+    given = {"baseline": baseline, "speculative": speculative}
+    defaults = {
+        "baseline": os.environ.get("SPECDEMO_VLLM_BASELINE_URL", "http://127.0.0.1:8100"),
+        "speculative": os.environ.get("SPECDEMO_VLLM_SPECULATIVE_URL", "http://127.0.0.1:8101"),
     }
+    return {role: ((given[role] or "").strip() or url).rstrip("/") for role, url in defaults.items()}
 
 
 SERVED_NAME = "specdemo-target"  # the name the servers specdemo starts answer to
