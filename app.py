@@ -64,8 +64,17 @@ def gpu(duration):
 
 # Every handler that touches a model runs under @gpu; the rest is plain data.
 @gpu(durations.race_seconds)
-def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), **settings):
+def race_on_device(request: gr.Request, progress=gr.Progress(track_tqdm=True), **settings):
     yield from race.race(Settings(**settings), session_of(request))
+
+
+def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), **settings):
+    """The race. On ZeroGPU its worker keeps nothing: suffix decoding's answer is filed here."""
+    last = None
+    for last in race_on_device(request, progress=progress, **settings):
+        yield last
+    if ZERO_GPU and last is not None:
+        race.remember_answer(last)
 
 
 @gpu(durations.stepper_seconds)
@@ -165,6 +174,9 @@ def build_demo() -> gr.Blocks:
                     top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
                     seed = gr.Number(value=0, precision=0, label="Seed")
                 schedule = gr.Radio(["constant", "heuristic"], value="constant", label="γ schedule")
+            with gr.Accordion("Suffix decoding's memory", open=False):
+                suffix_note = gr.Markdown(tabs.suffix_memory())
+                forget_btn = gr.Button("Forget the earlier answers", size="sm")
             with gr.Accordion("Token tree options", open=False):
                 tree_k = gr.Slider(1, 8, value=2, step=1, label="children per node (k)")
                 tree_depth = gr.Slider(1, 16, value=4, step=1, label="depth")
@@ -281,7 +293,10 @@ def build_demo() -> gr.Blocks:
         race_outputs = [outputs[name] for name in RACE_OUTPUTS]
         model_event = dict(concurrency_id="models", api_visibility="private", validator=validate)
         race_api = dict(api_visibility="public", api_name="race")  # the live race as a stream a client can cancel
-        run_btn.click(run, inputs_kwargs=settings, outputs=race_outputs, **(model_event | race_api))
+        race_event = run_btn.click(run, inputs_kwargs=settings, outputs=race_outputs, **(model_event | race_api))
+        race_event.then(tabs.suffix_memory, None, suffix_note, api_visibility="private")
+        forget_btn.click(tabs.forget_answers, None, suffix_note, api_visibility="private")
+        method_label.change(tabs.gamma_for_method, [method_label, preset], gamma, api_visibility="private")
         trace_file.upload(race.replay, trace_file, race_outputs, api_visibility="private")
         stop_btn.click(stop, None, status, queue=False, api_visibility="private")
         export_btn.click(export, last_trace, export_btn, api_visibility="private")
@@ -316,6 +331,8 @@ def build_demo() -> gr.Blocks:
         methods_out = [methods_plot, methods_table, zoo_plot]
         preset.change(tabs.methods_view, preset, methods_out, api_visibility="private")
         demo.load(tabs.methods_view, preset, methods_out, api_visibility="private")
+        # the zoo marks the last race (its α and c) among the stored drafters
+        race_event.then(tabs.methods_view, [preset, last_trace], methods_out, api_visibility="private")
         demo.unload(forget)
     demo.queue(max_size=MAX_QUEUE, default_concurrency_limit=CONCURRENCY)
     return demo

@@ -11,7 +11,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from specdemo.decoding.engine import DecodeConfig, sample_many, validate_config
+from specdemo.decoding import suffix
+from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA
+from specdemo.decoding.engine import METHODS, MODEL_FREE, DecodeConfig, sample_many, validate_config
 from specdemo.decoding.sampling import SamplingConfig
 from specdemo.decoding.tree import TreeConfig
 from specdemo.errors import InputError, SpecDemoError
@@ -29,7 +31,7 @@ from specdemo.models import (
     encode_prompt,
     load_pair,
 )
-from specdemo.view.render import plain_text, token_spans, tokens_ansi
+from specdemo.view.render import token_spans, tokens_ansi
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -86,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="baseline vs speculative on one prompt")
     add_model_args(gen)
-    gen.add_argument("--method", choices=["draft", "prompt-lookup", "tree"], default="draft")
+    gen.add_argument("--method", choices=list(METHODS), default="draft")
     gen.add_argument("--gamma", type=int, default=None, help="draft length (default: the preset's best γ)")
     gen.add_argument("--schedule", choices=["constant", "heuristic"], default="constant")
     gen.add_argument("--min-confidence", type=float, default=0.0, help="draft-confidence stop (0 = off)")
@@ -139,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="vllm-speculative's server (default $SPECDEMO_VLLM_SPECULATIVE_URL)",
     )
     bench.add_argument("--tasks", action="store_true", help="methods × tasks on assets/prompts/tasks/ instead")
-    bench.add_argument("--methods", default="draft,prompt-lookup", help="--tasks: draft, feature, prompt-lookup")
+    bench.add_argument("--methods", default="draft,prompt-lookup", help=f"--tasks: some of {', '.join(TASK_METHODS)}")
     bench.add_argument("--task-names", default=None, help="--tasks: a comma-separated subset of the task files")
     bench.add_argument("--out", default=None, help="--tasks: also write the table as JSON here")
     serve = sub.add_parser("serve-vllm", help="start a vLLM baseline and a vLLM speculative server for the race")
@@ -201,7 +203,7 @@ def load_from_args(args):
         draft_options = replace(draft_options, dtype=args.dtype)
     if getattr(args, "quantization", None):  # the target only: both sides of every speedup run it
         target_options = replace(target_options, quantization=args.quantization)
-    draft = None if getattr(args, "method", "draft") == "prompt-lookup" else (args.draft or preset.draft)
+    draft = None if getattr(args, "method", "draft") in MODEL_FREE else (args.draft or preset.draft)
     draft_vocab = args.draft_vocab if args.draft_vocab is not None else (0 if args.draft else preset.draft_vocab)
     pair = load_pair(args.target or preset.target, draft, target_options, draft_options, draft_vocab=draft_vocab)
     configure_cpu_threads(pair)
@@ -230,7 +232,7 @@ def cmd_generate(args) -> None:
     print(f"baseline    ({base['tokens_per_second']:.1f} tok/s):\n{base['text']}\n")
     spans = token_spans(steps, decode)
     print(f"speculative ({spec['tokens_per_second']:.1f} tok/s):")
-    print(tokens_ansi(spans) if sys.stdout.isatty() else plain_text(steps, decode))
+    print(tokens_ansi(spans) if sys.stdout.isatty() else spec["text"])  # the same text as the baseline's
     print(
         f"\nspeedup {record['speedup']:.2f}x · acceptance {spec['acceptance_rate']:.2f} · "
         f"τ {spec['mean_accepted_tokens']:.2f} tokens per target forward · {spec['target_forwards']} target "
@@ -269,7 +271,7 @@ def bench_prompts(path) -> list[str]:
     return prompts
 
 
-TASK_METHODS = ("draft", "feature", "prompt-lookup")
+TASK_METHODS = ("draft", "feature", "prompt-lookup", "suffix", "suffix-tree")
 
 
 def cmd_tasks(args) -> None:
@@ -290,7 +292,9 @@ def cmd_tasks(args) -> None:
         if m == "draft":
             drafters[m] = (pair.draft, preset.gamma, "draft")
         elif m == "prompt-lookup":
-            drafters[m] = (None, 4, "prompt-lookup")
+            drafters[m] = (None, PROMPT_LOOKUP_GAMMA, "prompt-lookup")
+        elif m in ("suffix", "suffix-tree"):
+            drafters[m] = (None, suffix.DEFAULT_GAMMA, m)
         else:
             feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
             drafters[m] = (feature.draft, PRESETS.get("smollm2-135m-feature", preset).gamma, "draft")

@@ -19,7 +19,9 @@ from specdemo.app import race as race_tab
 from specdemo.app import settings as app_settings
 from specdemo.app.race import RACE_OUTPUTS
 from specdemo.app.settings import Settings
-from specdemo.models import BUNDLED_DRAFT, BUNDLED_TARGET
+from specdemo.decoding import suffix
+from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA
+from specdemo.models import BUNDLED_DRAFT, BUNDLED_TARGET, PRESETS
 
 STORY = "once upon a time, there was a little"
 BASE = Settings(
@@ -223,6 +225,14 @@ def test_theory_uses_the_last_run():
     assert tabs.theory_from_last(None)[-1].startswith("⚠")
 
 
+def test_the_zoo_marks_the_last_race():
+    trace = last_race_output()["trace"]
+    zoo = tabs.methods_view("smollm2-135m", trace)[2]
+    star = zoo.data[-1]
+    assert star.name == "your last race (draft)" and star.y[0] == tabs.measured_point(trace)["alpha"]
+    assert not any("last race" in (t.name or "") for t in tabs.methods_view("smollm2-135m")[2].data)
+
+
 def test_losslessness_check_in_the_app():
     figure, text = tabs.lossless(settings(), samples=60, k=1, temperature=1.0)
     assert "p-value" in text and figure is not None
@@ -373,10 +383,11 @@ def test_which_method_when_tab_measures_and_explains_each_task():
     figure, table, zoo = tabs.methods_remeasure(settings(), max_new_tokens=8)
     assert figure is not None and "<table class='tasks'>" in table
     points = {trace.name: len(trace.x) for trace in zoo.data[1:]}  # after the contours: one trace per method
-    assert points == {"draft": 9, "prompt-lookup": 9}  # one point per task
-    for task in ("chat", "code-edit", "rewrite", "extract", "multi-turn"):
+    # one point per task; suffix decoding also on the chat prompts asked again
+    assert points == {"draft": 9, "prompt-lookup": 9, "suffix": 10}
+    for task in ("chat", "code-edit", "rewrite", "extract", "multi-turn", "chat-again"):
         assert f"<td>{task}</td>" in table
-    assert table.count(" wins on ") + table.count("Nothing pays on ") == 9  # one sentence per task
+    assert table.count(" wins on ") + table.count("Nothing pays on ") == 10  # one sentence per row
     assert "No stored table" in tabs.methods_view("no-such-preset")[1]
 
 
@@ -389,10 +400,14 @@ def test_why_sentences_name_the_deciding_term():
     result = {
         "rows": [row("edit", "draft", 0.9, 0.3), row("edit", "prompt-lookup", 2.1, 0.8)]
         + [row("chat", "draft", 1.3, 0.6), row("chat", "prompt-lookup", 0.95, 0.1)]
-        + [row("story", "draft", 0.8, 0.2), row("story", "prompt-lookup", 0.9, 0.05)],
-        "best": {"edit": "prompt-lookup", "chat": "draft", "story": "prompt-lookup"},
+        + [row("story", "draft", 0.8, 0.2), row("story", "prompt-lookup", 0.9, 0.05)]
+        + [row("chat-again", "suffix", 2.4, 0.9), row("code", "suffix", 1.4, 0.5), row("code", "draft", 0.9, 0.3)],
+        "best": {"edit": "prompt-lookup", "chat": "draft", "story": "prompt-lookup", "chat-again": "suffix"}
+        | {"code": "suffix"},
     }
     assert "copies the prompt" in why_sentence("edit", result)
+    assert "answered before" in why_sentence("chat-again", result)
+    assert "spans of the prompt or of earlier answers" in why_sentence("code", result)
     assert "finds little to copy" in why_sentence("chat", result)
     assert why_sentence("story", result).startswith("Nothing pays on story")
 
@@ -402,3 +417,19 @@ def test_a_refused_input_is_one_line_in_the_server_log(caplog):
     assert app_settings.find_problem(settings(prompt="   "))[0] == "prompt"
     lines = [r.getMessage() for r in caplog.records if r.name == "specdemo.app"]
     assert lines == ["refused: the prompt is empty: type some text to continue"]
+
+
+@pytest.mark.skipif(not suffix.available(), reason="arctic-inference is not installed (see .ci/run)")
+def test_suffix_decodings_memory_is_shown_and_forgotten():
+    store = suffix.shared_store()
+    store.reset()
+    store.remember([5, 6, 7])
+    assert "**1 earlier answer** (3 tokens" in tabs.suffix_memory()
+    assert "**0 earlier answers** (0 tokens" in tabs.forget_answers() and store.stats()["answers"] == 0
+
+
+def test_picking_a_method_picks_its_gamma():
+    preset = "bundled-tinystories"
+    assert tabs.gamma_for_method("suffix decoding (prompt + earlier answers)", preset) == suffix.DEFAULT_GAMMA
+    assert tabs.gamma_for_method("prompt lookup", preset) == PROMPT_LOOKUP_GAMMA
+    assert tabs.gamma_for_method("draft model", preset) == PRESETS[preset].gamma

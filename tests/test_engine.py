@@ -26,7 +26,7 @@ def reference(target, prompt, n):
     return out[0, len(prompt) :].tolist()
 
 
-@pytest.mark.parametrize("method", ["draft", "prompt-lookup"])
+@pytest.mark.parametrize("method", ["draft", "prompt-lookup", "suffix"])
 @pytest.mark.parametrize("schedule", ["constant", "heuristic"])
 def test_greedy_speculative_is_token_identical_to_generate(tiny_pair, method, schedule):
     target, draft = tiny_pair

@@ -129,9 +129,11 @@ def test_the_drafter_zoo_puts_each_method_over_leviathans_contours():
     from specdemo.view.plots import zoo_figure
 
     result = json.loads((Path(__file__).parent.parent / "assets" / "tasks" / "smollm2-135m.json").read_text())
-    figure = zoo_figure(result, gamma=4)
-    contour, *points = figure.data
-    assert contour.type == "contour" and {p.name for p in points} == {"draft", "feature", "prompt-lookup"}
+    current = {"method": "draft", "alpha": 0.4, "c": 0.09, "speedup": 1.1}
+    figure = zoo_figure(result, gamma=4, current=current)
+    contour, *points, star = figure.data
+    assert contour.type == "contour" and {p.name for p in points} == {r["method"] for r in result["rows"]}
+    assert star.name == "your last race (draft)" and (star.x[0], star.y[0]) == (0.09, 0.4)
     alphas, costs = list(contour.y), list(contour.x)
     i, j = alphas.index(0.8), costs.index(0.0)
     assert contour.z[i][j] == pytest.approx((1 - 0.8**5) / (1 - 0.8))  # τ at γ = 4, a free draft
@@ -139,3 +141,12 @@ def test_the_drafter_zoo_puts_each_method_over_leviathans_contours():
     lookup = next(p for p in points if p.name == "prompt-lookup")
     assert max(lookup.x) < 0.01  # prompt lookup costs (almost) nothing to propose
     go.Figure(figure)  # plotly validates the whole figure
+
+
+def test_a_suffix_proposal_says_on_hover_where_it_was_seen():
+    step = Step(0, drafted=[5, 6], q=[1.0, 1.0], p=[0.9, 0.1], accepted=1, correction=7, emitted=[5, 7])
+    step.draft_source = {"from": "earlier answer", "ids": [1, 3, 5, 6]}
+    html = tokens_html(token_spans([step], decode), greedy=True)
+    assert html.count("proposed from an earlier answer: “ac&amp;ef”") == 2  # both drafted tokens, escaped
+    plain = tokens_html(token_spans(spec_steps(), decode), greedy=True)
+    assert "proposed from" not in plain  # a draft model's tokens have no source

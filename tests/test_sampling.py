@@ -105,6 +105,8 @@ CASES = [
     ("far", "draft", SamplingConfig(temperature=1.0, seed=2)),
     ("far", "draft", SamplingConfig(temperature=0.8, top_k=5, top_p=0.9, seed=3)),
     ("near", "prompt-lookup", SamplingConfig(temperature=1.0, top_p=0.95, seed=4)),
+    # suffix decoding: proposals from the prompt and, sample after sample, from earlier answers
+    ("near", "suffix", SamplingConfig(temperature=1.0, seed=10)),
     ("far", "tree", SamplingConfig(temperature=1.0, seed=6)),
     ("near", "tree", SamplingConfig(temperature=0.9, top_k=6, seed=7)),
 ]
@@ -117,6 +119,20 @@ def test_first_two_tokens_follow_the_target_distribution(draft_name, method, sam
     cfg = DecodeConfig(max_new_tokens=3, gamma=4, method=method, sampling=sampling)
     samples = sample_many(TARGET, draft, PROMPT, cfg, SAMPLES)
     pvalue = chi2_pvalue(samples, exact_joint(TARGET, PROMPT, sampling))
+    print(f"chi2 p-value {pvalue:.4f}")
+    assert pvalue > 1e-3
+
+
+def test_suffix_decodings_tree_follows_the_target_distribution():
+    """A prompt where "1 2" went on two ways: the suffix tree proposes both branches at once
+    (one-hot candidates, tested in turn by the multi-round rule)."""
+    prompt = [1, 2, 3, 1, 2, 4, 1, 2]
+    sampling = SamplingConfig(temperature=1.0, seed=11)
+    cfg = DecodeConfig(max_new_tokens=3, gamma=4, method="suffix-tree", sampling=sampling)
+    first = next(engine.decode_steps(TARGET, None, prompt, cfg))
+    assert len(set(first.tree_parents)) < len(first.tree_parents)  # a node with two children
+    samples = sample_many(TARGET, None, prompt, cfg, SAMPLES)
+    pvalue = chi2_pvalue(samples, exact_joint(TARGET, prompt, sampling))
     print(f"chi2 p-value {pvalue:.4f}")
     assert pvalue > 1e-3
 

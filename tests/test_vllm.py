@@ -292,9 +292,34 @@ def test_the_race_reads_acceptance_from_the_servers_counters(servers, smollm2_ta
 
 @pytest.mark.vllm
 @needs_vllm
-def test_a_killed_server_is_one_status_line(servers, prompt_ids):
+def test_a_server_killed_mid_race_and_a_dead_one_are_one_status_line(servers, smollm2_target, prompt_ids):
+    """The last test of the module (the fixture only reaps what it kills): the speculative server
+    dies while the race streams from it, then the baseline server is found dead before a request."""
+    import os
+    import signal
+
+    from specdemo.app import race as race_tab
+    from specdemo.app.settings import Settings
+
     urls, procs = servers
-    vllm.stop_server(procs["baseline"])  # last test of the module: the fixture only reaps it
+    settings = Settings.from_preset(
+        "smollm2-135m",
+        prompt="Write a long story about a dragon who learns to cook.",
+        method_label="vLLM servers: baseline vs speculative",
+        max_new_tokens=400,
+        vllm_baseline_url=urls["baseline"],
+        vllm_speculative_url=urls["speculative"],
+    )
+    updates = race_tab.race(settings)
+    for out in updates:
+        status = out[-2]
+        if isinstance(status, str) and status.startswith("● running") and not status.endswith("+ 0 tokens"):
+            os.killpg(procs["speculative"].pid, signal.SIGKILL)  # mid-stream, no goodbye
+            break
+    final = list(updates)[-1]
+    status = final[-2]
+    assert status.startswith("⚠") and "broke off" in status and "\n" not in status, status
+    vllm.stop_server(procs["baseline"])
     with pytest.raises(vllm.BackendError, match="no vLLM server answers") as error:
         stream_ids(urls["baseline"], prompt_ids)
     assert "\n" not in str(error.value)

@@ -40,6 +40,14 @@ out["lossless"] = app.lossless(None, samples=20, k=1, **story)[1]
 out["compare_identical"] = (lambda r: r["baseline"]["token_ids"] == r["speculative"]["token_ids"])(
     app.compare_api("once upon a time", 8, 3, preset=app.PRESET)
 )
+# Suffix decoding: each race's worker keeps nothing, yet the second race of a prompt drafts from
+# the first one's answer (filed in this process from its trace, then forked into the next worker).
+suffix_story = story | {"method_label": "suffix decoding (prompt + earlier answers)", "gamma": 8, "max_new_tokens": 48}
+forwards = []
+for _ in range(2):
+    trace = dict(zip(RACE_OUTPUTS, list(app.run(None, **suffix_story))[-1]))["trace"]
+    forwards.append(len(trace["contender"]))
+out["suffix_forwards"] = forwards
 other = story | {"target_id": "Qwen/Qwen2.5-7B-Instruct"}  # not loaded at start
 out["not_preloaded"] = dict(zip(RACE_OUTPUTS, list(app.run(None, **other))[-1]))["status"]
 out["calls"] = spaces.CALLS

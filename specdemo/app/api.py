@@ -36,7 +36,7 @@ def compare_api(
             raise InputError(f"unknown preset {preset!r}: one of {', '.join(PRESETS)}")
         labels = {v: k for k, v in METHOD_LABELS.items() if v not in ("naive", "vllm")}  # specdemo's own
         if method not in labels:
-            raise InputError("method must be draft, prompt-lookup or tree")
+            raise InputError(f"method must be one of {', '.join(labels)}, got {method!r}")
         s = Settings.from_preset(
             preset,
             prompt=prompt,

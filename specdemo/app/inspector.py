@@ -45,7 +45,10 @@ def stepper_start(s: Settings) -> tuple:
     model and the session pickles (ZeroGPU returns results by pickle)."""
     try:
         if s.method == "naive":
-            raise InputError("the step inspector follows speculative decoding: pick draft model, prompt lookup or tree")
+            raise InputError(
+                "the step inspector follows speculative decoding: "
+                "pick draft model, prompt lookup, suffix decoding or tree"
+            )
         prep = prepare(s)
         pair = prep.pair
         steps = model_thread.call(

@@ -18,6 +18,7 @@ from specdemo.app.settings import (
     friendly,
     prepare,
 )
+from specdemo.decoding.suffix import shared_store
 from specdemo.errors import SpecDemoError
 from specdemo.measure.race import VLLM_LEGEND, RaceState
 from specdemo.view import trace as traces
@@ -135,6 +136,14 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
     finally:
         live.close()
         clear_stop(session)
+
+
+def remember_answer(outputs: tuple) -> None:
+    """On ZeroGPU the race ran in a worker that keeps nothing: file a suffix-decoding race's answer
+    (from its trace, the last output) in this process's store, which the next worker starts with."""
+    trace = dict(zip(RACE_OUTPUTS, outputs)).get("trace")
+    if isinstance(trace, dict) and trace.get("method") == "suffix":
+        shared_store().remember([t for step in trace["contender"] for t in step["emitted"]])
 
 
 def token_counts(state: RaceState) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from specdemo.app import model_thread
 from specdemo.decoding.engine import DecodeConfig
 from specdemo.decoding.sampling import SamplingConfig
-from specdemo.decoding.steps import validate_config
+from specdemo.decoding.steps import MODEL_FREE, validate_config
 from specdemo.decoding.tree import TreeConfig, validate_tree
 from specdemo.errors import InputError, SpecDemoError
 from specdemo.models import (
@@ -43,6 +43,8 @@ MAX_NEW_TOKENS = int(os.environ.get("SPECDEMO_MAX_NEW_TOKENS", "512"))
 METHOD_LABELS = {
     "draft model": "draft",
     "prompt lookup": "prompt-lookup",
+    "suffix decoding (prompt + earlier answers)": "suffix",
+    "suffix decoding, as a tree of continuations": "suffix-tree",
     "token tree": "tree",
     "naive: draft writes half, target continues (NOT lossless)": "naive",
     "vLLM servers: baseline vs speculative": "vllm",
@@ -186,9 +188,11 @@ def prepare(s: Settings) -> Prepared:
     target_id, draft_id = (s.target_id or "").strip(), (s.draft_id or "").strip()
     if not target_id:
         raise InputError("no target model: pick a preset or type a model id under Advanced", field="target_id")
-    needs_draft = s.method not in ("prompt-lookup", "vllm")  # vLLM: the servers draft
+    needs_draft = s.method not in (*MODEL_FREE, "vllm")  # vLLM: the servers draft
     if needs_draft and not draft_id:
-        raise InputError("this method needs a draft model: type one under Advanced, or use prompt lookup")
+        raise InputError(
+            "this method needs a draft model: type one under Advanced, or use prompt lookup or suffix decoding"
+        )
     options = LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")
     draft_vocab = whole(s.draft_vocab or 0, "draft_vocab")
     draft_id = draft_id if needs_draft else None

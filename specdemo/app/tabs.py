@@ -9,15 +9,19 @@ from pathlib import Path
 from specdemo.app import model_thread
 from specdemo.app.settings import (
     KEEP,
+    METHOD_LABELS,
     Settings,
     decoder,
     friendly,
     prepare,
 )
+from specdemo.decoding import suffix
+from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA
 from specdemo.errors import InputError
 from specdemo.measure.bench import DEFAULT_ENGINES, run_bench, table_cells
 from specdemo.measure.lossless import check_lossless
 from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens
+from specdemo.models import PRESETS
 from specdemo.view import trace as traces
 from specdemo.view.plots import (
     gamma_sweep_figure,
@@ -79,6 +83,7 @@ def measured_point(trace: dict | None) -> dict | None:
     t_d = sum(s.draft_s for s in spec[1:]) / drafted if drafted else 0.0
     t_t = sorted(s.verify_s for s in base[1:])[len(base[1:]) // 2] if len(base) > 1 else 0.0
     return {
+        "method": trace["method"],
         "alpha": acceptance_rate(spec),
         "gamma": int(settings.get("gamma", 4)),
         "c": t_d / t_t if t_t else 0.0,
@@ -103,7 +108,9 @@ def lossless(s: Settings, samples: int = 300, k: int = 2, temperature: float = 1
     """The χ² check: (figure, verdict markdown). ``progress(fraction, desc=...)`` if given."""
     try:
         if s.method == "naive":
-            raise InputError("pick draft model, prompt lookup or tree: the naive method is known not to be lossless")
+            raise InputError(
+                "pick draft model, prompt lookup, suffix decoding or tree: the naive method is known not to be lossless"
+            )
         s.temperature = temperature
         prep = prepare(s)
         report = (lambda done, total: progress(done / total, desc="sampling")) if progress else None
@@ -117,6 +124,40 @@ def lossless(s: Settings, samples: int = 300, k: int = 2, temperature: float = 1
         return figure, f"χ² p-value **{check.p_value:.3f}**: {verdict}."
     except Exception as error:
         return None, f"⚠ {friendly(error)}"
+
+
+# ---------------------------------------------------------------- suffix decoding's memory
+
+
+def suffix_memory() -> str:
+    """What suffix decoding remembers in this process (shared by every session of the app)."""
+    if not suffix.available():
+        return f"Suffix decoding is not installed here. {suffix.INSTALL_HINT}."
+    stats = suffix.shared_store().stats()
+    answers = f"{stats['answers']} earlier answer" + ("" if stats["answers"] == 1 else "s")
+    return (
+        f"Suffix decoding remembers **{answers}** ({stats['tokens']} tokens, the last "
+        f"{suffix.SuffixConfig.max_answers} at most), shared by everyone using this server: it proposes from them "
+        "and from the prompt, so a question asked again is answered faster. Hover a drafted token to see where "
+        "its proposal was seen."
+    )
+
+
+def forget_answers() -> str:
+    if suffix.available():
+        suffix.shared_store().reset()
+    return suffix_memory()
+
+
+def gamma_for_method(method_label: str, preset: str):
+    """A method's own best γ when it is picked: the preset's for a draft model; the model-free
+    methods propose for free, so longer (suffix decoding's length follows its match below γ)."""
+    method = METHOD_LABELS.get(method_label)
+    if method in ("suffix", "suffix-tree"):
+        return suffix.DEFAULT_GAMMA
+    if method == "prompt-lookup":
+        return PROMPT_LOOKUP_GAMMA
+    return PRESETS[preset].gamma if preset in PRESETS else KEEP
 
 
 # ---------------------------------------------------------------- which method when?
@@ -139,18 +180,19 @@ def methods_table_html(result: dict) -> str:
     return table_html(headers, rows, note, css_class="tasks")
 
 
-def methods_view(preset: str) -> tuple:
+def methods_view(preset: str, trace: dict | None = None) -> tuple:
     """The stored methods × tasks table of this preset (measured on the machine it names): the heat
-    map, the table with its why sentences, and the drafter zoo (α vs c)."""
+    map, the table with its why sentences, and the drafter zoo (α vs c, the last race a star)."""
     path = STORED_TASKS / f"{preset}.json"
     if not path.exists():
         return None, f"<p>No stored table for {escape(preset)}: press <b>Re-measure</b> (a few minutes).</p>", None
     result = json.loads(path.read_text(encoding="utf-8"))
-    return tasks_figure(result), methods_table_html(result), zoo_figure(result)
+    current = measured_point(trace) if trace and trace.get("method") != "vllm" else None
+    return tasks_figure(result), methods_table_html(result), zoo_figure(result, current=current)
 
 
 def methods_remeasure(s: Settings, max_new_tokens: int = 48, progress=None) -> tuple:
-    """Every task of the suite with this pair's draft and prompt lookup, on this machine now."""
+    """Every task of the suite with this pair's draft, prompt lookup and suffix decoding, on this machine now."""
     from specdemo.measure.tasks import encode_tasks, load_tasks, run_tasks
 
     try:
@@ -159,7 +201,12 @@ def methods_remeasure(s: Settings, max_new_tokens: int = 48, progress=None) -> t
         pair = prep.pair
         tasks = load_tasks()
         ids = encode_tasks(pair.tokenizer, tasks, bool(s.chat_template))
-        drafters = {"draft": (pair.draft, prep.config.gamma, "draft"), "prompt-lookup": (None, 4, "prompt-lookup")}
+        drafters = {
+            "draft": (pair.draft, prep.config.gamma, "draft"),
+            "prompt-lookup": (None, PROMPT_LOOKUP_GAMMA, "prompt-lookup"),
+        }
+        if suffix.available():
+            drafters["suffix"] = (None, suffix.DEFAULT_GAMMA, "suffix")
         result = model_thread.call(run_tasks, pair.target, drafters, ids, int(max_new_tokens), pair.eos, progress=True)
         result |= {"preset": s.target_id, "gammas": {m: g for m, (_, g, _) in drafters.items()}, "measured": "now"}
         return tasks_figure(result), methods_table_html(result), zoo_figure(result)

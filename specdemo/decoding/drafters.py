@@ -15,6 +15,7 @@ from specdemo.decoding.kv import CachedLM
 from specdemo.decoding.sampling import SamplingConfig, align_vocab, draw, to_probs
 
 MAX_GAMMA = 32
+PROMPT_LOOKUP_GAMMA = 4  # prompt lookup's γ where none is chosen (measured best on the task suite)
 
 
 @dataclass
@@ -23,6 +24,8 @@ class Draft:
     # q of each drafted position [k, V]; None means every q is one-hot on the drafted id
     # (a deterministic drafter such as prompt lookup).
     probs: torch.Tensor | None = None
+    # Where a model-free proposal was seen ({"from": "prompt" | "answer" | "earlier answer", "ids"}).
+    source: dict | None = None
 
     def __len__(self) -> int:
         return len(self.ids)

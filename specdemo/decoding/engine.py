@@ -22,10 +22,12 @@ from specdemo.decoding.kv import CachedLM, Stopwatch
 from specdemo.decoding.sampling import SamplingConfig, draw, draw_uniform, make_generator, to_probs
 from specdemo.decoding.steps import (  # noqa: F401  (re-exported: the engine's public names)
     METHODS,
+    MODEL_FREE,
     DecodeConfig,
     Run,
     Step,
     TreeConfig,
+    closing_drafter,
     context_length,
     drive,
     eos_ids,
@@ -37,6 +39,7 @@ from specdemo.decoding.steps import (  # noqa: F401  (re-exported: the engine's 
     validate_config,
     validate_request,
 )
+from specdemo.decoding.suffix import SuffixDrafter, SuffixStore, shared_store
 from specdemo.decoding.tree import tree_steps
 from specdemo.errors import InputError
 
@@ -99,11 +102,13 @@ def verify_draft(logits: torch.Tensor, draft: Draft, sampling: SamplingConfig, g
     return token
 
 
-def make_drafter(config: DecodeConfig, draft_model, target: CachedLM):
+def make_drafter(config: DecodeConfig, draft_model, target: CachedLM, store: SuffixStore | None = None):
     if config.method == "prompt-lookup":
         return PromptLookupDrafter(config.max_ngram)
+    if config.method == "suffix":
+        return SuffixDrafter(store or shared_store(), config.suffix)
     if draft_model is None:
-        raise InputError("the draft-model method needs a draft model (or use method prompt-lookup)")
+        raise InputError("the draft-model method needs a draft model (or use method prompt-lookup or suffix)")
     if isinstance(draft_model, FeatureHead):
         return FeatureDrafter(draft_model, target, target.vocab_size)
     return ModelDrafter(draft_model, target.vocab_size, config.min_confidence)
@@ -111,7 +116,7 @@ def make_drafter(config: DecodeConfig, draft_model, target: CachedLM):
 
 def feature_layers(config: DecodeConfig, draft_model) -> tuple[int, ...]:
     """The target layers a feature drafter reads (none for other drafters)."""
-    if config.method != "prompt-lookup" and isinstance(draft_model, FeatureHead):
+    if config.method not in MODEL_FREE and isinstance(draft_model, FeatureHead):
         return draft_model.cfg.layers
     return ()
 
@@ -132,11 +137,13 @@ def speculative_steps(
     config: DecodeConfig,
     eos: set[int] = frozenset(),
     cancel: Callable[[], bool] | None = None,
+    store: SuffixStore | None = None,
 ) -> Iterator[Step]:
-    """Speculative decoding; yields one Step per target verify forward."""
+    """Speculative decoding; yields one Step per target verify forward. ``store``: suffix
+    decoding's earlier answers (default: the process's)."""
     validate_request(prompt_ids, config, context_length(target_model))
     target = CachedLM(target_model, feature_layers(config, draft_model))
-    drafter = make_drafter(config, draft_model, target)
+    drafter = make_drafter(config, draft_model, target, store)
     schedule = SCHEDULES[config.schedule](config.gamma)
     generator = make_generator(config.sampling.seed)
 
@@ -155,8 +162,9 @@ def speculative_steps(
             settle(step, draft.ids[: step.accepted], token, budget, eos)
             tokens.extend(step.emitted)
         step.draft_s, step.verify_s, step.rest_s = t_draft.seconds, t_verify.seconds, t_rest.seconds
+        step.draft_source = draft.source
 
-    return drive(one_step, prompt_ids, config, cancel)
+    return closing_drafter(drive(one_step, prompt_ids, config, cancel), drafter)
 
 
 def decode_steps(
@@ -166,12 +174,14 @@ def decode_steps(
     config: DecodeConfig,
     eos: set[int] = frozenset(),
     cancel: Callable[[], bool] | None = None,
+    store: SuffixStore | None = None,
 ) -> Iterator[Step]:
-    """Speculative decoding by ``config.method``: a chain (draft model or prompt lookup) or a tree."""
-    if config.method == "tree":
-        refuse_feature_head(draft_model, "token tree")
-        return tree_steps(target_model, draft_model, prompt_ids, config, config.tree, eos, cancel)
-    return speculative_steps(target_model, draft_model, prompt_ids, config, eos, cancel)
+    """Speculative decoding by ``config.method``: a chain (draft model, prompt lookup, suffix) or a tree."""
+    if config.method in ("tree", "suffix-tree"):
+        if config.method == "tree":
+            refuse_feature_head(draft_model, "token tree")
+        return tree_steps(target_model, draft_model, prompt_ids, config, config.tree, eos, cancel, store)
+    return speculative_steps(target_model, draft_model, prompt_ids, config, eos, cancel, store)
 
 
 def baseline_steps(

@@ -15,6 +15,7 @@ import torch
 from specdemo.decoding.drafters import MAX_GAMMA, SCHEDULES
 from specdemo.decoding.kv import synchronize
 from specdemo.decoding.sampling import SamplingConfig, validate_sampling
+from specdemo.decoding.suffix import SuffixConfig, validate_suffix
 from specdemo.errors import InputError
 
 
@@ -26,7 +27,8 @@ class TreeConfig:
     min_prob: float = 0.0  # prune nodes whose cumulative draft probability is below this
 
 
-METHODS = ("draft", "prompt-lookup", "tree")
+METHODS = ("draft", "prompt-lookup", "suffix", "tree", "suffix-tree")
+MODEL_FREE = ("prompt-lookup", "suffix", "suffix-tree")  # methods that run no draft model
 
 
 @dataclass
@@ -35,8 +37,9 @@ class DecodeConfig:
     gamma: int = 4
     schedule: str = "constant"  # or "heuristic"
     min_confidence: float = 0.0  # draft-confidence stop; 0 = off
-    method: str = "draft"  # or "prompt-lookup"
+    method: str = "draft"  # or "prompt-lookup", "suffix", "tree"
     max_ngram: int = 3
+    suffix: SuffixConfig = field(default_factory=SuffixConfig)  # method "suffix"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens_cap: int = 2048
     tree: TreeConfig = field(default_factory=TreeConfig)  # method "tree": k, depth, nodes, threshold
@@ -72,6 +75,8 @@ class Step:
     top2: list[tuple[int, float, int, float]] = field(default_factory=list)
     p_top: list[tuple[int, float]] = field(default_factory=list)
     q_top: list[tuple[int, float]] = field(default_factory=list)
+    # Suffix decoding: where the proposal was seen (prompt, answer, an earlier answer) and its ids there.
+    draft_source: dict | None = None
 
     @property
     def seconds(self) -> float:
@@ -102,6 +107,8 @@ def validate_config(config: DecodeConfig) -> None:
     if not 0 <= config.min_confidence < 1:
         raise InputError(f"min_confidence must be in [0, 1), got {config.min_confidence}", field="min_confidence")
     validate_sampling(config.sampling)
+    if config.method in ("suffix", "suffix-tree"):
+        validate_suffix(config.suffix)
 
 
 def validate_request(prompt_ids: list[int], config: DecodeConfig, context_length: int | None) -> None:
@@ -184,6 +191,16 @@ def drive(step_fn, prompt_ids: list[int], config: DecodeConfig, cancel=None) -> 
         yield step
         if step.finished:
             return
+
+
+def closing_drafter(steps: Iterator[Step], drafter) -> Iterator[Step]:
+    """The steps, then the drafter's ``close()`` (suffix decoding files the answer), also when
+    the caller stops early (Stop, an error, a dropped generator)."""
+    try:
+        yield from steps
+    finally:
+        if hasattr(drafter, "close"):
+            drafter.close()
 
 
 @dataclass

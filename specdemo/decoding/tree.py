@@ -26,7 +26,16 @@ import torch
 
 from specdemo.decoding.kv import CachedLM, Stopwatch
 from specdemo.decoding.sampling import SamplingConfig, align_vocab, draw, draw_uniform, make_generator, to_probs
-from specdemo.decoding.steps import TreeConfig, context_length, drive, settle, top_two, validate_request
+from specdemo.decoding.steps import (
+    TreeConfig,
+    closing_drafter,
+    context_length,
+    drive,
+    settle,
+    top_two,
+    validate_request,
+)
+from specdemo.decoding.suffix import SuffixDrafter, shared_store
 from specdemo.errors import InputError, ModelLoadError
 
 
@@ -152,6 +161,30 @@ class TreeDrafter:
         return tree
 
 
+class SuffixTreeDrafter:
+    """Suffix decoding's tree: the continuations the suffix trees have seen after this context,
+    several branches at once (``decoding/suffix.py``). Candidates are deterministic (q one-hot),
+    which is what the walk below assumes."""
+
+    name = "suffix-tree"
+
+    def __init__(self, suffix_drafter):
+        self.suffix = suffix_drafter
+
+    def propose(self, tokens: list[int], budget: int, sampling: SamplingConfig) -> TokenTree:
+        tree = TokenTree()
+        if budget <= 0:
+            self.suffix.follow(tokens)
+            return tree
+        found = self.suffix.speculate(tokens, budget, tree=True)
+        for token, parent in list(zip(found.token_ids, found.parents))[:budget]:
+            tree.add(int(token), int(parent), 1.0)  # q(x) = 1 for each candidate under its parent
+        return tree
+
+    def close(self) -> None:
+        self.suffix.close()
+
+
 @dataclass
 class TreeVerdict:
     path: list[int]  # accepted node indices, root to leaf
@@ -245,23 +278,31 @@ def tree_steps(
     tree_config: TreeConfig = TreeConfig(),
     eos: set[int] = frozenset(),
     cancel: Callable[[], bool] | None = None,
+    store=None,
 ) -> Iterator:
-    """Speculative decoding with a token tree; yields one Step per target forward.
+    """Speculative decoding with a token tree (the draft model's, or suffix decoding's with method
+    ``suffix-tree``: ``store`` its earlier answers); yields one Step per target forward.
 
     Checks run at the call (not at the first step), so an unsupported model fails at once."""
     validate_request(prompt_ids, config, context_length(target_model))
     validate_tree(tree_config)
-    if draft_model is None:
-        raise InputError("tree drafting needs a draft model")
+    from_suffix = config.method == "suffix-tree"
+    if draft_model is None and not from_suffix:
+        raise InputError("tree drafting needs a draft model (or use suffix-tree)")
     check_tree_attention(target_model)
-    check_tree_attention(draft_model)
     target = CachedLM(target_model)
-    drafter = TreeDrafter(draft_model, target.vocab_size, tree_config)
+    if from_suffix:  # the node budget is γ, as for a chain
+        drafter = SuffixTreeDrafter(SuffixDrafter(store or shared_store(), config.suffix))
+        nodes = config.gamma
+    else:
+        check_tree_attention(draft_model)
+        drafter = TreeDrafter(draft_model, target.vocab_size, tree_config)
+        nodes = tree_config.max_nodes
     generator = make_generator(config.sampling.seed)
 
     def one_step(step, tokens: list[int], budget: int) -> None:
         with Stopwatch(target.device) as t_draft:
-            tree = drafter.propose(tokens, budget - 1, config.sampling)
+            tree = drafter.propose(tokens, min(nodes, budget - 1), config.sampling)
         with Stopwatch(target.device) as t_verify:
             pending = pending_tokens(target, tokens)
             # ONE target forward over [pending tokens, every tree node] with the tree mask
@@ -285,4 +326,4 @@ def tree_steps(
             tokens.extend(step.emitted)
         step.draft_s, step.verify_s, step.rest_s = t_draft.seconds, t_verify.seconds, t_rest.seconds
 
-    return drive(one_step, prompt_ids, config, cancel)
+    return closing_drafter(drive(one_step, prompt_ids, config, cancel), drafter)

@@ -7,6 +7,7 @@ a separate breakdown, never the clock engines are compared with.
 
 Rows (greedy decoding):
   specdemo-baseline, specdemo-speculative (each γ), specdemo-prompt-lookup (each γ),
+  specdemo-suffix (each γ as the longest proposal; each repeat starts with an empty store),
   specdemo-tree (each γ: a token tree of γ nodes, k = 2, the chain's draft budget),
   transformers-generate, transformers-assisted (each γ, constant schedule),
   transformers-prompt-lookup (each γ),
@@ -41,7 +42,9 @@ from specdemo.decoding.engine import (
 )
 from specdemo.decoding.feature import FeatureHead
 from specdemo.decoding.kv import synchronize
+from specdemo.decoding.suffix import INSTALL_HINT, SuffixStore, available
 from specdemo.decoding.tree import TreeConfig
+from specdemo.errors import InputError
 from specdemo.measure.metrics import acceptance_per_position, acceptance_rate, mean_accepted_tokens, predicted_speedup
 from specdemo.models import vllm
 
@@ -49,6 +52,7 @@ ENGINES = (
     "specdemo-baseline",
     "specdemo-speculative",
     "specdemo-prompt-lookup",
+    "specdemo-suffix",
     "specdemo-tree",
     "transformers-generate",
     "transformers-assisted",
@@ -56,8 +60,10 @@ ENGINES = (
     "vllm-baseline",
     "vllm-speculative",
 )
-DEFAULT_ENGINES = ENGINES[:-2]  # vLLM rows need running servers: asked for by name
+# vLLM rows need running servers, asked for by name; suffix decoding needs arctic-inference
+DEFAULT_ENGINES = tuple(e for e in ENGINES[:-2] if e != "specdemo-suffix" or available())
 VLLM_ENGINES = {"vllm-baseline": False, "vllm-speculative": True}  # engine → speculates
+ENGINE_METHODS = {"specdemo-prompt-lookup": "prompt-lookup", "specdemo-suffix": "suffix", "specdemo-tree": "tree"}
 
 
 @dataclass
@@ -95,8 +101,13 @@ def steady(steps):
     return steps[1:] if len(steps) > 1 else steps
 
 
-def specdemo_row(engine, gamma, make_steps, prompts, repeats, device) -> Row:
+def specdemo_row(engine, gamma, make_steps, prompts, repeats, device, before_repeat=None) -> Row:
+    """``before_repeat``: called before each repeat (suffix decoding empties its store there, so
+    a repeat does not draft from the answers of the one before)."""
+
     def once():
+        if before_repeat:
+            before_repeat()
         runs = [run_timed(lambda p=p: make_steps(p), device) for p in prompts]
         return runs, sum(r.wall_s for r in runs)
 
@@ -185,6 +196,8 @@ def run_bench(
 
     ``vllm_urls``: engine → server URL (default: ``vllm.configured_urls()``)."""
     urls = {f"vllm-{role}": url for role, url in vllm.configured_urls().items()} | (vllm_urls or {})
+    if "specdemo-suffix" in engines and not available():
+        raise InputError(INSTALL_HINT)
     base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
     target, draft, eos = pair.target, pair.draft, pair.eos
     skipped = []
@@ -217,14 +230,16 @@ def run_bench(
     rows = []
     for engine, g in tqdm(jobs, desc="bench", disable=not progress):
         if engine.startswith("specdemo"):
-            method = {"specdemo-prompt-lookup": "prompt-lookup", "specdemo-tree": "tree"}.get(engine, "draft")
+            method = ENGINE_METHODS.get(engine, "draft")
             # the tree gets the chain's draft budget: γ nodes (k = 2 children, depth up to γ)
             cfg = replace(base_cfg, gamma=g or 1, method=method, tree=TreeConfig(2, g or 1, g or 1))
+            store = SuffixStore() if method == "suffix" else None
             if engine == "specdemo-baseline":
                 make = lambda p, cfg=cfg: baseline_steps(target, p, cfg, eos)
             else:
-                make = lambda p, cfg=cfg: decode_steps(target, draft, p, cfg, eos)
-            rows.append(specdemo_row(engine, g, make, prompts, repeats, target.device))
+                make = lambda p, cfg=cfg, store=store: decode_steps(target, draft, p, cfg, eos, store=store)
+            reset = store.reset if store else None
+            rows.append(specdemo_row(engine, g, make, prompts, repeats, target.device, reset))
         elif engine in VLLM_ENGINES:
             rows.append(vllm_row(engine, urls[engine], served[engine], prompts, max_new_tokens, repeats))
         elif engine == "transformers-generate":

@@ -13,7 +13,9 @@ from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens, toke
 METHODS = {
     "draft": ("speculative decoding with the draft model", True),
     "prompt-lookup": ("speculative decoding with prompt lookup (no draft model)", True),
+    "suffix": ("speculative decoding with suffix decoding (the prompt and earlier answers; no draft model)", True),
     "tree": ("speculative decoding with a token tree drafted by the draft model", True),
+    "suffix-tree": ("speculative decoding with suffix decoding's tree of continuations (no draft model)", True),
     "naive": ("NOT speculative decoding: the draft writes the first half, the target continues", False),
     "vllm": ("vLLM's speculative decoding against vLLM's baseline, two servers over HTTP", True),
 }

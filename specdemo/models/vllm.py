@@ -15,6 +15,7 @@ is ``$SPECDEMO_VLLM_PYTHON``, else ``~/.cache/specdemo/vllm-venv/bin/python``.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -330,14 +331,18 @@ def stream_token_deltas(
                 if stop is not None and stop():
                     return  # closing the response cancels the request on the server
                 line = raw.decode().strip()
-                if not line.startswith("data:") or line == "data: [DONE]":
+                if line == "data: [DONE]":
+                    return
+                if not line.startswith("data:"):
                     continue
                 choice = json.loads(line[5:])["choices"][0]
                 ids = choice.get("token_ids") or []
                 if ids:
                     yield list(ids)
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, http.client.HTTPException) as error:
             raise BackendError(f"the stream from vLLM at {url} broke off ({reason(error)})") from None
+    # a server that dies between two chunks just closes the connection: no [DONE], no error
+    raise BackendError(f"the stream from vLLM at {url} broke off before it finished (did the server stop?)")
 
 
 def timed_deltas(deltas: Iterator[list[int]]) -> Iterator[tuple[list[int], float]]:

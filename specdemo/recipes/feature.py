@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from specdemo.decoding.feature import FeatureHead, config_for, default_layers, save_feature_head
+from specdemo.decoding.feature import FeatureHead, config_for, default_layers, load_feature_head, save_feature_head
 from specdemo.decoding.vocab import load_ranking, subset_ids
 
 
@@ -42,13 +42,27 @@ class FeatureTrainConfig:
     threads: int = 2
 
 
-def load_rows(folder: Path, limit: int = 0) -> list[dict]:
-    rows = []
+def answer_rows(path: Path) -> list[dict]:
+    return [r for r in torch.load(path)["rows"] if len(r["answer"]) > 2]
+
+
+def load_items(folder: Path, work: Path, target, layers, draft_ids: torch.Tensor, limit: int = 0) -> list[dict]:
+    """Every shard's sequences with their target features, extracted once per shard and cached in
+    fp16 under ``work/features/`` (the data job keeps adding shards: only new ones are extracted)."""
+    cache = work / "features"
+    cache.mkdir(parents=True, exist_ok=True)
+    items: list[dict] = []
     for path in sorted(folder.glob("shard-*.pt")):
-        rows += [r for r in torch.load(path)["rows"] if len(r["answer"]) > 2]
-        if limit and len(rows) >= limit:
-            return rows[:limit]
-    return rows
+        cached = cache / path.name
+        if cached.exists():
+            items += torch.load(cached)
+        else:
+            new = extract(target, answer_rows(path), layers, draft_ids)
+            torch.save(new, cached)
+            items += new
+        if limit and len(items) >= limit:
+            return items[:limit]
+    return items
 
 
 @torch.inference_mode()
@@ -228,7 +242,8 @@ def main(argv=None):
     parser.add_argument("--data", type=Path, default=smollm2.cache_dir() / "data" / "feature-v1")
     parser.add_argument("--out", type=Path, default=smollm2.cache_dir() / "smollm2-feature")
     parser.add_argument("--work", type=Path, default=smollm2.cache_dir() / "feature-work")
-    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--resume", action="store_true", help="continue this run from its last checkpoint")
+    parser.add_argument("--warm-start", type=Path, default=None, help="start from a trained head's folder")
     for name, value in vars(FeatureTrainConfig()).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     args = parser.parse_args(argv)
@@ -243,18 +258,16 @@ def main(argv=None):
     eos = [target.config.eos_token_id] if isinstance(target.config.eos_token_id, int) else []
     draft_ids = subset_ids(load_ranking(SMOLLM2_DRAFT, vocab), cfg.draft_vocab, eos)
     layers = default_layers(target.config.num_hidden_layers)
-    rows = load_rows(args.data, cfg.max_rows)
-    answer_tokens = sum(len(r["answer"]) for r in rows)
-    print(f"[data] {len(rows)} answers, {answer_tokens} answer tokens from {args.data}", flush=True)
-    cached = args.work / f"features-{len(rows)}-{answer_tokens}.pt"  # fp16 features: recomputing costs minutes
-    if cached.exists():
-        items = torch.load(cached)
-        print(f"[features] {len(items)} sequences from {cached}", flush=True)
-    else:
-        items = extract(target, rows, layers, torch.tensor(draft_ids))
-        torch.save(items, cached)
+    # fp16 features cached per shard: recomputing them every epoch would cost more than an epoch
+    items = load_items(args.data, args.work, target, layers, torch.tensor(draft_ids), cfg.max_rows)
+    answer_tokens = sum(len(it["ids"]) - it["answer_start"] for it in items)
+    print(f"[data] {len(items)} answers, {answer_tokens} answer tokens from {args.data}", flush=True)
     head = FeatureHead(config_for(target, layers, draft_ids))
-    init_from_target(head, target, torch.tensor(draft_ids))
+    if args.warm_start:  # continue from a trained head (more data since): its weights, a fresh schedule
+        head.load_state_dict(load_feature_head(str(args.warm_start)).state_dict())
+        print(f"[train] warm start from {args.warm_start}", flush=True)
+    else:
+        init_from_target(head, target, torch.tensor(draft_ids))
     started = time.time()
     score = train(head, target.get_input_embeddings(), items, cfg, args.work, args.resume)
     minutes = (time.time() - started) / 60
@@ -262,7 +275,7 @@ def main(argv=None):
         "# SmolLM2-135M-Instruct feature drafter (EAGLE-3 style)\n\n"
         f"Reads the target's hidden states at layers {layers} (indices into `hidden_states`); one decoder\n"
         f"layer; scores the {cfg.draft_vocab} most frequent target tokens. Trained by\n"
-        f"`python -m specdemo.recipes.feature` on {len(rows)} target-written answers ({answer_tokens} answer\n"
+        f"`python -m specdemo.recipes.feature` on {len(items)} target-written answers ({answer_tokens} answer\n"
         f"tokens), {cfg.epochs} epochs, {minutes:.0f} min on {cfg.threads} CPU threads. Held-out agreement with\n"
         f"the target's next token (draft position 1): {score:.3f}.\n"
     )

@@ -366,11 +366,12 @@ def tasks_figure(result: dict) -> go.Figure:
     return _layout(fig, "speedup over the baseline (★ best method per task)", "method", "task", height=380)
 
 
-def zoo_figure(result: dict, gamma: int | None = None) -> go.Figure:
+def zoo_figure(result: dict, gamma: int | None = None, current: dict | None = None) -> go.Figure:
     """The drafter zoo: each method on each task as a point (c = draft cost per token / target
     step, α = acceptance), over Leviathan's predicted speedup τ / (γc + 1) with
     τ = (1 − α^(γ+1)) / (1 − α) (which assumes a verify costs one step). A drafter pays only when
-    it is both right (up) and cheap (left): the contour 1× is where it breaks even."""
+    it is both right (up) and cheap (left): the contour 1× is where it breaks even. ``current``
+    ({"method", "alpha", "c", "speedup"}): the last race, highlighted as a star."""
     from specdemo.measure.metrics import theoretical_speedup
 
     gamma = gamma or result.get("gammas", {}).get("draft") or 4
@@ -403,6 +404,18 @@ def zoo_figure(result: dict, gamma: int | None = None) -> go.Figure:
                     f"{r['task']}: α {r['alpha']:.2f}, c {r.get('c') or 0:.3f}, {r['speedup']:.2f}× measured"
                     for r in rows
                 ],
+                hoverinfo="text",
+            )
+        )
+    if current:
+        fig.add_trace(
+            go.Scatter(
+                x=[current["c"]],
+                y=[current["alpha"]],
+                mode="markers",
+                name=f"your last race ({current['method']})",
+                marker=dict(size=18, symbol="star", color="#d00000", line=dict(width=1, color="#333")),
+                text=[f"your last race: α {current['alpha']:.2f}, c {current['c']:.3f}, {current['speedup']:.2f}×"],
                 hoverinfo="text",
             )
         )

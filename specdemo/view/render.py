@@ -51,6 +51,8 @@ def _spans(steps: Iterable, decode) -> Iterable[dict]:
                 break  # the text ended at an EOS among the kept drafts: nothing after it was checked
             kind = "accepted" if i < step.accepted else "rejected"
             span = {"text": decode(tok), "kind": kind, "step": step.index, "id": tok, "tree": bool(step.tree_parents)}
+            if step.draft_source:
+                span["source"] = source_text(step.draft_source, decode)
             if node < len(step.p):  # a remote engine (vLLM) streams the tokens without p and q
                 span |= {
                     "p": step.p[node],
@@ -71,6 +73,20 @@ def _spans(steps: Iterable, decode) -> Iterable[dict]:
                 "id": kept[-1],
                 "tree": bool(step.tree_parents),
             }
+
+
+SOURCES = {
+    "prompt": "the prompt",
+    "answer": "this answer, further back",
+    "earlier answer": "an earlier answer",
+    "several places": "several earlier texts at once",
+}
+
+
+def source_text(source: dict, decode) -> str:
+    """Suffix decoding: where the proposal was seen, and the text around it there."""
+    seen = "".join(decode(t) for t in source["ids"])
+    return f"proposed from {SOURCES[source['from']]}" + (f": “{seen}”" if seen else "")
 
 
 # The tree's sampling rule (SpecInfer's multi-round test, one-hot candidates): see tree.py.
@@ -122,6 +138,8 @@ def tokens_html(spans: Iterable[dict], greedy: bool = True, prompt: str = "") ->
         if span["kind"] == "rejected":
             style += "text-decoration:line-through;opacity:0.75;"
         hover = hover_text(span, greedy)
+        if span.get("source"):
+            hover += "  · " + span["source"]
         if span.get("differs"):
             style += "border-bottom:2px dashed #d00000;"
             hover += "  · differs from the baseline here"

@@ -37,6 +37,8 @@ def used_ids(steps) -> set[int]:
         ids.update(s.drafted)
         for top in (s.residual_top, s.p_top, s.q_top):
             ids.update(int(i) for i, _ in top)
+        if s.draft_source:  # suffix decoding: the text a proposal was seen in
+            ids.update(s.draft_source["ids"])
     return ids
 
 

@@ -1,0 +1,213 @@
+"""Suffix decoding (Oliaro et al., NeurIPS 2025): propose what followed the current context
+before, in this prompt and answer or in earlier answers of the same process.
+
+Two suffix trees do the matching (Snowflake's ``arctic-inference``, the library vLLM's ``suffix``
+method uses): one over this request's prompt and its answer so far, one over the answers of earlier
+requests. Each proposes the continuation seen most often after the longest match of the context's
+tail, as long as the match allows (at most ``max_spec_factor`` × match length tokens, capped by γ)
+and only through tokens seen at least ``min_token_prob`` of the time; the better-scored tree wins.
+A repeated workload (a workshop asking the same questions, templated answers) gets faster the
+more it is used: a second, identical greedy answer is proposed whole.
+
+No model runs; q is one-hot on the proposal, so the acceptance rule is lossless unchanged.
+Memory is bounded: the store keeps the last ``max_answers`` answers (FIFO), and ``reset()`` forgets
+them all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from specdemo.decoding.drafters import Draft
+from specdemo.decoding.sampling import SamplingConfig
+from specdemo.errors import InputError
+
+try:
+    from arctic_inference.suffix_decoding import SuffixDecodingCache
+except ImportError:  # pragma: no cover - .ci/run and the README's run command install it
+    SuffixDecodingCache = None
+
+INSTALL_HINT = (
+    "suffix decoding needs arctic-inference: pip install nanobind==2.9.2 ninja cmake 'protobuf==5.29.6' "
+    "grpcio-tools && pip install --no-build-isolation --no-deps arctic-inference==0.3.0"
+)
+CONTEXT_WINDOW = 24  # the tree depth: the longest context tail matched (vLLM's default)
+SOURCE_CONTEXT = 6  # tokens of context shown before a proposal in its source
+DEFAULT_GAMMA = 8  # the longest proposal where no γ is chosen (its length follows the match below that)
+
+
+@dataclass(frozen=True)
+class SuffixConfig:
+    max_spec_factor: float = 1.0  # propose at most factor × match length tokens (and ≤ γ)
+    min_token_prob: float = 0.1  # stop the proposal at a continuation seen less often than this
+    max_answers: int = 256  # earlier answers kept (FIFO); the memory bound
+
+
+def available() -> bool:
+    return SuffixDecodingCache is not None
+
+
+def validate_suffix(cfg: SuffixConfig) -> None:
+    if SuffixDecodingCache is None:
+        raise InputError(INSTALL_HINT, field="method")
+    if not cfg.max_spec_factor > 0:
+        raise InputError(f"the suffix proposal factor must be > 0, got {cfg.max_spec_factor}", field="method")
+    if not 0 <= cfg.min_token_prob < 1:
+        raise InputError(f"the suffix minimum probability must be in [0, 1), got {cfg.min_token_prob}", field="method")
+
+
+class SuffixStore:
+    """Earlier answers of this process: one suffix tree over them (arctic-inference's cache), and
+    the answers' ids side by side in one array, to show where a proposal came from. Thread-safe:
+    the app's sessions share one store."""
+
+    def __init__(self, max_answers: int = SuffixConfig.max_answers):
+        if SuffixDecodingCache is None:
+            raise ImportError(INSTALL_HINT)
+        self.max_answers = max_answers
+        self.lock = threading.Lock()
+        self.ids = itertools.count()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every earlier answer (a request running now finishes on the old tree)."""
+        with self.lock:
+            self.cache = SuffixDecodingCache(max_tree_depth=CONTEXT_WINDOW, max_cached_requests=self.max_answers)
+            self.answers: deque[list[int]] = deque(maxlen=self.max_answers)
+            self.joined = np.empty(0, dtype=np.int64)
+
+    def add(self, cache, answer: list[int]) -> None:
+        """Keep ``answer`` beside the tree (the tree itself was extended as it was written)."""
+        if cache is not self.cache:  # reset while this request ran: it belongs to nothing now
+            return
+        self.answers.append(answer)
+        self.joined = np.concatenate([np.asarray(a + [-1], dtype=np.int64) for a in self.answers])
+
+    def remember(self, answer: list[int]) -> None:
+        """File an answer written elsewhere (a ZeroGPU worker, which keeps nothing) as if it had
+        been written here."""
+        with self.lock:
+            request = next(self.ids)
+            self.cache.start_request(request, [])
+            self.cache.add_active_response(request, answer)
+            self.cache.stop_request(request)
+            self.add(self.cache, list(answer))
+
+    def stats(self) -> dict:
+        return {"answers": len(self.answers), "tokens": sum(len(a) for a in self.answers)}
+
+    def find(self, pattern: list[int]) -> list[int] | None:
+        """The latest place in the earlier answers holding ``pattern``, with the tokens before it
+        in that answer (for the hover)."""
+        where = find_span(self.joined, pattern)
+        if where is None:
+            return None
+        begin = where
+        while begin > 0 and self.joined[begin - 1] != -1 and where - begin < SOURCE_CONTEXT:
+            begin -= 1
+        return self.joined[begin : where + len(pattern)].tolist()
+
+
+def find_span(tokens, pattern: list[int]) -> int | None:
+    """Start of the last occurrence of ``pattern`` in ``tokens`` (a list or an array), or None."""
+    n = len(pattern)
+    if n == 0 or len(tokens) < n:
+        return None
+    windows = np.lib.stride_tricks.sliding_window_view(np.asarray(tokens, dtype=np.int64), n)
+    hits = np.flatnonzero((windows == np.asarray(pattern, dtype=np.int64)).all(axis=1))
+    return int(hits[-1]) if len(hits) else None
+
+
+_shared: SuffixStore | None = None
+
+
+def shared_store() -> SuffixStore:
+    """The process's store (created on first use)."""
+    global _shared
+    if _shared is None:
+        _shared = SuffixStore()
+    return _shared
+
+
+class SuffixDrafter:
+    """Drafts from ``store`` and this request's own prompt and answer. Call ``close()`` when the
+    generation ends: the answer then joins the store for later requests."""
+
+    name = "suffix"
+
+    def __init__(self, store: SuffixStore, config: SuffixConfig = SuffixConfig()):
+        self.store = store
+        self.config = config
+        self.cache = None  # the store's tree this request was started on
+        self.request = None
+        self.prompt_length = 0
+        self.seen = 0
+        self.tokens: list[int] = []
+
+    def follow(self, tokens: list[int]) -> None:
+        """Tell the trees about the tokens emitted since the last call (the prompt, first)."""
+        with self.store.lock:
+            if self.request is None:
+                self.cache, self.request = self.store.cache, next(self.store.ids)
+                self.cache.start_request(self.request, tokens)
+                self.prompt_length = self.seen = len(tokens)
+            elif len(tokens) > self.seen:
+                self.cache.add_active_response(self.request, tokens[self.seen :])
+                self.seen = len(tokens)
+        self.tokens = tokens
+
+    def speculate(self, tokens: list[int], n: int, tree: bool = False):
+        """The trees' best continuation of ``tokens`` (≤ n tokens; with ``tree``, several
+        branches: token ids, their parents, their estimated probabilities)."""
+        self.follow(tokens)
+        cfg = self.config
+        with self.store.lock:
+            return self.cache.speculate(
+                self.request,
+                tokens[-CONTEXT_WINDOW:],
+                max_spec_tokens=n,
+                max_spec_factor=cfg.max_spec_factor,
+                min_token_prob=cfg.min_token_prob,
+                use_tree_spec=tree,
+            )
+
+    def propose(self, tokens: list[int], n: int, sampling: SamplingConfig, generator) -> Draft:
+        if n <= 0:
+            self.follow(tokens)
+            return Draft()
+        found = self.speculate(tokens, n)
+        ids = list(found.token_ids)[:n]
+        return Draft(ids, source=self.source(tokens, ids, found.match_len)) if ids else Draft()
+
+    def source(self, tokens: list[int], ids: list[int], match_len: int) -> dict:
+        """Where the proposal was seen: in this prompt, this answer, or an earlier answer, with
+        the tokens around it there (the race shows them on hover)."""
+        tail = tokens[-max(1, min(match_len, SOURCE_CONTEXT)) :]
+        where = find_span(tokens, tail + ids)
+        if where is not None:
+            part = "prompt" if where + len(tail) <= self.prompt_length else "answer"
+            return {
+                "from": part,
+                "ids": tokens[max(0, where - SOURCE_CONTEXT + len(tail)) : where + len(tail) + len(ids)],
+            }
+        with self.store.lock:
+            earlier = self.store.find(tail + ids)
+        if earlier is not None:
+            return {"from": "earlier answer", "ids": earlier}
+        return {"from": "several places", "ids": []}  # the tree joined continuations seen apart
+
+    def close(self) -> None:
+        """End the request: its answer stays in the store's tree (FIFO-bounded)."""
+        if self.request is None:
+            return
+        with self.store.lock:
+            if len(self.tokens) > self.seen:
+                self.cache.add_active_response(self.request, self.tokens[self.seen :])
+            self.cache.stop_request(self.request)
+            self.store.add(self.cache, list(self.tokens[self.prompt_length :]))
+        self.request = None

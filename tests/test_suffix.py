@@ -1,0 +1,134 @@
+"""Suffix decoding: lossless whatever the store holds, faster on a repeated workload, memory-bounded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdemo.decoding.engine import DecodeConfig, decode_steps, eos_ids, run_all, speculative_steps
+from specdemo.decoding.sampling import SamplingConfig
+from specdemo.decoding.suffix import SuffixConfig, SuffixDrafter, SuffixStore, available, find_span
+
+pytestmark = pytest.mark.skipif(not available(), reason="arctic-inference is not installed (see .ci/run)")
+
+PROMPT = [1, 5, 7, 9, 11, 13, 5, 7, 9]
+
+
+def greedy(target, prompt, n=40):
+    out = target.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=n, pad_token_id=0)
+    return out[0, len(prompt) :].tolist()
+
+
+def suffix_run(target, prompt, store, gamma=8, n=40, method="suffix", **sampling):
+    cfg = DecodeConfig(max_new_tokens=n, gamma=gamma, method=method, sampling=SamplingConfig(**sampling))
+    return run_all(decode_steps(target, None, prompt, cfg, eos_ids(target), store=store))
+
+
+@pytest.mark.parametrize("method", ["suffix", "suffix-tree"])
+def test_greedy_suffix_is_token_identical_to_generate(tiny_pair, method):
+    target, _ = tiny_pair
+    store = SuffixStore()
+    for prompt in ([1, 5, 7, 9, 11], [3, 3, 3, 40, 41, 42, 3, 3], PROMPT):
+        expected = greedy(target, prompt)
+        for gamma in (1, 4, 8):
+            assert suffix_run(target, prompt, store, gamma, method=method).token_ids == expected, (prompt, gamma)
+
+
+def test_the_suffix_tree_tries_several_continuations_in_one_forward(llama_pair):
+    """Two answers that share a start and then part: the tree proposes both branches."""
+    target, _ = llama_pair
+    store = SuffixStore()
+    expected = greedy(target, PROMPT)
+    for wrong in ([(t + 1) % 100 for t in expected], expected):
+        drafter = SuffixDrafter(store)
+        drafter.follow(PROMPT)
+        drafter.follow(PROMPT + expected[:3] + wrong[3:])
+        drafter.close()
+    run = suffix_run(target, PROMPT, store, method="suffix-tree")
+    assert run.token_ids == expected
+    branching = [s for s in run.steps if len(set(s.tree_parents)) < len(s.tree_parents)]
+    assert branching and any(s.accepted >= 3 for s in run.steps)
+
+
+def test_a_store_of_wrong_answers_changes_nothing_but_the_speed(llama_pair):
+    """Earlier answers that continue the context differently: proposed, rejected, output unchanged."""
+    target, _ = llama_pair
+    expected = greedy(target, PROMPT)
+    store = SuffixStore()
+    wrong = [(t + 1) % 100 for t in expected]
+    drafter = SuffixDrafter(store)
+    drafter.follow(PROMPT)
+    drafter.follow(PROMPT + wrong)  # an "earlier answer" that is not the target's
+    drafter.close()
+    run = suffix_run(target, PROMPT, store)
+    assert run.token_ids == expected
+    assert any(s.drafted and s.accepted < len(s.drafted) for s in run.steps)  # proposals were rejected
+
+
+def test_the_second_pass_of_a_question_is_proposed_whole(llama_pair):
+    target, _ = llama_pair
+    store = SuffixStore()
+    first = suffix_run(target, PROMPT, store)
+    second = suffix_run(target, PROMPT, store)
+    assert first.token_ids == second.token_ids == greedy(target, PROMPT)
+    assert len(second.steps) < len(first.steps) / 2  # τ more than doubles on the second pass
+    sources = [s.draft_source for s in second.steps if s.accepted]
+    assert any(src["from"] == "earlier answer" and src["ids"] for src in sources)
+    assert store.stats()["answers"] == 2
+
+
+def test_a_proposal_says_where_it_was_seen():
+    store = SuffixStore()
+    drafter = SuffixDrafter(store)
+    draft = drafter.propose([1, 2, 3, 4, 9, 9, 1, 2], 2, SamplingConfig(), None)
+    assert draft.ids == [3, 4]
+    assert draft.source == {"from": "prompt", "ids": [1, 2, 3, 4]}
+    drafter.close()
+    assert drafter.propose([7], 2, SamplingConfig(), None).source is None  # a new request, nothing to match
+
+
+def test_the_store_keeps_only_the_last_answers_and_resets():
+    store = SuffixStore(max_answers=2)
+    answers = [[50 + 10 * i + j for j in range(8)] for i in range(4)]
+    for answer in answers:
+        d = SuffixDrafter(store)
+        d.follow([1])
+        d.follow([1] + answer)
+        d.close()
+    assert store.stats() == {"answers": 2, "tokens": 16}
+
+    def proposes(answer) -> bool:
+        d = SuffixDrafter(store)
+        ids = d.propose([2] + answer[:3], 3, SamplingConfig(), None).ids
+        d.close()
+        return ids == answer[3:6]
+
+    assert proposes(answers[-1])  # kept: its continuation is proposed
+    assert not proposes(answers[0])  # evicted (FIFO): nothing left to propose from
+    store.reset()
+    assert store.stats() == {"answers": 0, "tokens": 0} and not proposes(answers[-1])
+
+
+def test_an_answer_stopped_early_still_joins_the_store(llama_pair):
+    target, _ = llama_pair
+    store = SuffixStore()
+    cfg = DecodeConfig(max_new_tokens=40, gamma=4, method="suffix")
+    steps = speculative_steps(target, None, PROMPT, cfg, store=store)
+    next(steps), next(steps)
+    steps.close()  # the race's Stop
+    assert store.stats()["answers"] == 1 and store.stats()["tokens"] > 0
+
+
+def test_find_span_finds_the_last_occurrence():
+    assert find_span([1, 2, 3, 1, 2], [1, 2]) == 3
+    assert find_span([1, 2, 3], [2, 4]) is None
+    assert find_span([1], [1, 2]) is None
+
+
+def test_bad_suffix_settings_are_refused_in_one_line(llama_pair):
+    from specdemo.errors import InputError
+
+    target, _ = llama_pair
+    cfg = DecodeConfig(method="suffix", suffix=SuffixConfig(min_token_prob=1.5))
+    with pytest.raises(InputError, match="minimum probability"):
+        list(speculative_steps(target, None, PROMPT, cfg))
