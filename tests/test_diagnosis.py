@@ -43,7 +43,10 @@ def test_low_acceptance_is_named_with_the_positions_where_drafts_fail():
     why = limited_by(baseline(), speculative(30, 3, [0, 0, 1], draft_s=0.002, verify_ratio=1.1))
     assert why["term"] == "acceptance"
     assert "kept 11%" in why["text"] and "by position: 33%, 0%)" in why["text"]
-    assert "prompt lookup" in why["text"]
+    assert "prompt lookup or suffix decoding" in why["text"]
+    # a model-free method that found too little is pointed to a draft model instead
+    from_suffix = limited_by(baseline(), speculative(30, 3, [0, 0, 1], draft_s=0.002, verify_ratio=1.1), "suffix")
+    assert "Try a draft model (for new text)" in from_suffix["text"]
 
 
 def test_an_expensive_draft_is_named():

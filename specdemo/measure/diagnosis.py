@@ -61,7 +61,11 @@ def explain_term(term: str, t: dict, method: str) -> str:
     speedup = f"{t['speedup']:.2f}×"
     if term == "acceptance":
         positions = ", ".join(f"{share:.0%}" for share in t["per_position"][:4])
-        other = "prompt lookup (for text that copies the prompt) or" if method != "prompt-lookup" else ""
+        other = {
+            "prompt-lookup": "suffix decoding (it also remembers earlier answers), a draft model for new text, or",
+            "suffix": "a draft model (for new text) or",
+            "suffix-tree": "a draft model (for new text) or",
+        }.get(method, "prompt lookup or suffix decoding (for text that copies the prompt or earlier answers) or")
         return (
             f"{speedup}: held back by acceptance. The target kept {t['alpha']:.0%} of the drafted tokens "
             f"(by position: {positions}), so each target forward emitted only τ = {t['tau']:.2f} tokens. "
@@ -71,7 +75,7 @@ def explain_term(term: str, t: dict, method: str) -> str:
         return (
             f"{speedup}: held back by the draft's cost. Drafting {t['gamma']:.1f} tokens cost "
             f"{t['gamma'] * t['c']:.2f} target steps (c = {t['c']:.2f} per token) for τ = {t['tau']:.2f} tokens. "
-            "Try a shorter γ or a cheaper drafter (prompt lookup costs nothing)."
+            "Try a shorter γ or a cheaper drafter (prompt lookup and suffix decoding cost almost nothing)."
         )
     if term == "verify cost":
         return (
