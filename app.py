@@ -148,8 +148,12 @@ def build_demo() -> gr.Blocks:
         # The first screen is the race: prompt, pair and Run on top, the panes right under them.
         with gr.Row(equal_height=True):
             with gr.Column(scale=3):
-                prompt = gr.Textbox(
-                    label="Prompt", elem_id="prompt", value=first.examples[0] if first.examples else "", lines=1
+                prompt = gr.Textbox(  # a long prompt scrolls inside the box: the row keeps its height
+                    label="Prompt",
+                    elem_id="prompt",
+                    value=first.examples[0] if first.examples else "",
+                    lines=1,
+                    max_lines=4,
                 )
             with gr.Column(scale=2):
                 preset = gr.Dropdown(CHOICES, value=PRESET, label="Model pair", elem_id="preset")

@@ -134,6 +134,40 @@ def test_the_seed_prompt_races_and_rendering_keeps_up(page):
     no_error_badge(page)
 
 
+def test_a_long_prompt_scrolls_in_its_box_and_the_buttons_keep_their_size(page):
+    before = page.locator("#run-btn").bounding_box()
+    page.locator("#prompt textarea").fill("All work and no play. " * 910)  # 20,020 characters
+    page.locator("#prompt textarea").press("End")
+    page.wait_for_timeout(500)
+    after = page.locator("#run-btn").bounding_box()
+    assert abs(after["height"] - before["height"]) < 2, (before, after)
+    assert page.locator("#stop-btn").bounding_box()["height"] < 60
+    assert page.locator("#baseline-pane").bounding_box()["y"] + 20 < 768  # the panes stay on the first screen
+    page.locator("#prompt textarea").fill(SEED_PROMPT)
+
+
+def test_suffix_decoding_drafts_a_question_asked_again_from_its_first_answer(page):
+    """Picking the method sets its γ; the second race of a prompt shows, on hover, that its
+    drafts came from the earlier answer; the memory is shown and forgotten."""
+    page.locator("#prompt textarea").fill(SEED_PROMPT)
+    page.get_by_label("Method", exact=True).click()
+    page.get_by_role("option", name="suffix decoding (prompt + earlier answers)").click()
+    gamma = page.locator("input[aria-label='number input for γ (draft tokens per step)']")
+    page.wait_for_function("(el) => el.value === '8'", arg=gamma.element_handle())
+    run_race(page, 32)
+    run_race(page, 32)
+    titles = page.locator("#speculative-pane .tok-accepted").evaluate_all("els => els.map(e => e.title)")
+    assert any("proposed from an earlier answer" in t for t in titles), titles[:5]
+    page.get_by_text("Suffix decoding's memory").click()
+    page.get_by_text("earlier answer").first.wait_for(timeout=30_000)
+    page.get_by_role("button", name="Forget the earlier answers").click()
+    page.get_by_text("remembers 0 earlier answers").wait_for(timeout=30_000)
+    page.get_by_text("Suffix decoding's memory").click()
+    page.get_by_label("Method", exact=True).click()
+    page.get_by_role("option", name="draft model", exact=True).click()
+    no_error_badge(page)
+
+
 def test_prompt_is_shown_as_text_never_run(page):
     page.locator("#prompt textarea").fill("<script>alert(1)</script> Tell me a story")
     run_race(page, 8)
