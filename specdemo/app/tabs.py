@@ -137,7 +137,7 @@ def suffix_memory() -> str:
     answers = f"{stats['answers']} earlier answer" + ("" if stats["answers"] == 1 else "s")
     return (
         f"Suffix decoding remembers **{answers}** ({stats['tokens']} tokens, the last "
-        f"{suffix.SuffixConfig.max_answers} at most), shared by everyone using this server: it proposes from them "
+        f"{suffix.MAX_ANSWERS} at most), shared by everyone using this server: it proposes from them "
         "and from the prompt, so a question asked again is answered faster. Hover a drafted token to see where "
         "its proposal was seen."
     )

@@ -29,23 +29,23 @@ from specdemo.errors import InputError
 
 try:
     from arctic_inference.suffix_decoding import SuffixDecodingCache
-except ImportError:  # pragma: no cover - .ci/run and the README's run command install it
+except ImportError:  # an optional extra (README, Set-up); .ci/run installs it
     SuffixDecodingCache = None
 
 INSTALL_HINT = (
-    "suffix decoding needs arctic-inference: pip install nanobind==2.9.2 ninja cmake 'protobuf==5.29.6' "
-    "grpcio-tools && pip install --no-build-isolation --no-deps arctic-inference==0.3.0"
+    "suffix decoding needs arctic-inference: pip install -r requirements-suffix.txt && "
+    "pip install --no-build-isolation --no-deps arctic-inference==0.3.0"
 )
 CONTEXT_WINDOW = 24  # the tree depth: the longest context tail matched (vLLM's default)
 SOURCE_CONTEXT = 6  # tokens of context shown before a proposal in its source
 DEFAULT_GAMMA = 8  # the longest proposal where no γ is chosen (its length follows the match below that)
+MAX_ANSWERS = 256  # earlier answers a store keeps (FIFO): the memory bound
 
 
 @dataclass(frozen=True)
 class SuffixConfig:
     max_spec_factor: float = 1.0  # propose at most factor × match length tokens (and ≤ γ)
     min_token_prob: float = 0.1  # stop the proposal at a continuation seen less often than this
-    max_answers: int = 256  # earlier answers kept (FIFO); the memory bound
 
 
 def available() -> bool:
@@ -66,7 +66,7 @@ class SuffixStore:
     the answers' ids side by side in one array, to show where a proposal came from. Thread-safe:
     the app's sessions share one store."""
 
-    def __init__(self, max_answers: int = SuffixConfig.max_answers):
+    def __init__(self, max_answers: int = MAX_ANSWERS):
         if SuffixDecodingCache is None:
             raise ImportError(INSTALL_HINT)
         self.max_answers = max_answers
@@ -114,12 +114,16 @@ class SuffixStore:
 
 
 def find_span(tokens, pattern: list[int]) -> int | None:
-    """Start of the last occurrence of ``pattern`` in ``tokens`` (a list or an array), or None."""
+    """Start of the last occurrence of ``pattern`` in ``tokens`` (a list or an array), or None.
+    Only the places holding the pattern's first token are compared (a step's budget is ms)."""
     n = len(pattern)
-    if n == 0 or len(tokens) < n:
+    arr = np.asarray(tokens, dtype=np.int64)
+    if n == 0 or len(arr) < n:
         return None
-    windows = np.lib.stride_tricks.sliding_window_view(np.asarray(tokens, dtype=np.int64), n)
-    hits = np.flatnonzero((windows == np.asarray(pattern, dtype=np.int64)).all(axis=1))
+    starts = np.flatnonzero(arr[: len(arr) - n + 1] == pattern[0])
+    if not len(starts):
+        return None
+    hits = starts[(arr[starts[:, None] + np.arange(n)] == np.asarray(pattern, dtype=np.int64)).all(axis=1)]
     return int(hits[-1]) if len(hits) else None
 
 
