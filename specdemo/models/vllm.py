@@ -194,10 +194,11 @@ def served_model(url: str) -> str:
     return wanted or models[0]
 
 
-def check_role(url: str, speculative: bool) -> str:
-    """Refuse a server in the wrong role (one line); return the model name to request."""
+def check_role(url: str, speculative: bool, counters: SpecCounters | None = None) -> str:
+    """Refuse a server in the wrong role (one line); return the model name to request.
+    ``counters``: the server's counters, where the caller has just read them."""
     model = served_model(url)
-    counters = read_counters(url)
+    counters = counters or read_counters(url)
     if speculative and not counters.present:
         raise BackendError(
             f"vLLM at {url} was not started with --speculative-config: it cannot be the speculative side"
@@ -431,8 +432,8 @@ def race_steps(
     """Both servers' greedy answers to one prompt as step streams, requested at once (each
     server on its own cores), plus a function giving the speculative counters' delta so far."""
     base_model = check_role(baseline_url, speculative=False)
-    spec_model = check_role(speculative_url, speculative=True)
-    before = read_counters(speculative_url)
+    before = read_counters(speculative_url)  # once: the role check and the race's "before"
+    spec_model = check_role(speculative_url, speculative=True, counters=before)
     k = proposal_length(before)
 
     def stream(url, model, tokens):
