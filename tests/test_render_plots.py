@@ -96,7 +96,9 @@ def test_summary_reports_identity_and_savings():
     s = state.summary()
     assert s["identical_so_far"] and s["target_forwards_saved"] == 3
     assert s["acceptance_rate"] == 3 / 5 and s["mean_accepted_tokens"] == 2.5
-    assert "✓" in summary_html(s, greedy=True, lossless=True)
+    assert s["alpha_per_position"] == [1.0, 0.5]  # position 1: 2 of 2 kept; position 2: 1 of 2
+    html = summary_html(s, greedy=True, lossless=True)
+    assert "✓" in html and "α by position" in html and "100% / 50%" in html
     state.baseline[3].emitted = [3]
     assert "✗ differs at token 3" in summary_html(state.summary(), greedy=True, lossless=True)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from specdemo.decoding.engine import Step
 from specdemo.measure.diagnosis import limited_by
 from specdemo.measure.divergence import explain, first_difference
-from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens, tokens_per_second
+from specdemo.measure.metrics import acceptance_per_position, acceptance_rate, mean_accepted_tokens, tokens_per_second
 
 # method shown in the UI → (description, lossless?)
 METHODS = {
@@ -76,6 +76,7 @@ class RaceState:
                 # the baseline needs one target forward per token
                 "target_forwards_saved": spec_tokens - len(spec),
             }
+            out["alpha_per_position"] = acceptance_per_position(spec)  # [] for a tree: no positions
             if self.server_counters is not None:  # the stream never shows rejected drafts
                 out["acceptance_rate"] = self.server_counters["acceptance_rate"]
                 out["alpha_per_position"] = self.server_counters["alpha_per_position"]

@@ -186,6 +186,16 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
                 "share of drafted tokens the target kept",
             ),
             ("τ", f"{summary['mean_accepted_tokens']:.2f}", "tokens emitted per target forward"),
+        ]
+        if positions := summary.get("alpha_per_position"):
+            rows.append(
+                (
+                    "α by position",
+                    " / ".join(f"{a:.0%}" for a in positions[:6]),
+                    "share kept at draft position 1, 2, … (of those reached: the ones before were kept)",
+                )
+            )
+        rows += [
             (
                 "forwards saved",
                 f"{summary['target_forwards_saved']}",
