@@ -93,8 +93,8 @@ def methods_remeasure(progress=gr.Progress(track_tqdm=True), **settings):
 
 
 @gpu(durations.lossless_seconds)
-def lossless(progress=gr.Progress(), samples=300, k=2, check_temperature=1.0, **settings):
-    return tabs.lossless(Settings(**settings), samples, k, check_temperature, progress)
+def lossless(progress=gr.Progress(), samples=100, k=2, check_temperature=1.0, **settings):
+    yield from tabs.lossless_stream(Settings(**settings), samples, k, check_temperature, progress)
 
 
 def api_errors(fn):

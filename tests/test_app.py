@@ -234,7 +234,10 @@ def test_the_zoo_marks_the_last_race():
 
 
 def test_losslessness_check_in_the_app():
-    figure, text = tabs.lossless(settings(), samples=60, k=1, temperature=1.0)
+    updates = list(tabs.lossless_stream(settings(), samples=30, k=1, temperature=1.0))
+    assert len(updates) == 3  # every 10 samples per side: two running states, then the verdict
+    assert "10 of 30 per side, χ² p-value so far" in updates[0][1] and updates[0][0] is not None
+    figure, text = updates[-1]
     assert "p-value" in text and figure is not None
 
 

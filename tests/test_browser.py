@@ -220,7 +220,8 @@ def test_step_inspector_theory_benchmark_and_check_tabs(page):
     set_number(page, "samples per side", 50)
     set_number(page, "first k tokens", 1)
     page.get_by_role("button", name="Run the check").click()
-    page.get_by_text("p-value").first.wait_for(timeout=300_000)
+    page.get_by_text("p-value so far").first.wait_for(timeout=300_000)  # it streams its progress
+    page.get_by_text("(50 samples per side):").first.wait_for(timeout=300_000)
     no_error_badge(page)
 
 

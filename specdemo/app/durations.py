@@ -32,7 +32,7 @@ def benchmark_seconds(*_, max_new_tokens=128, gammas="1,2,3,4,6,8", repeats=1, w
     return _seconds(15, 0.08, runs * number(max_new_tokens, "max_new_tokens"))
 
 
-def lossless_seconds(*_, samples=300, k=2, **__) -> int:
+def lossless_seconds(*_, samples=100, k=2, **__) -> int:
     return _seconds(15, 0.05, 2 * number(samples, "samples") * number(k, "k"))
 
 

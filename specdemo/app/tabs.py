@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import deque
 from html import escape
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from specdemo.decoding import suffix
 from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA
 from specdemo.errors import InputError
 from specdemo.measure.bench import DEFAULT_ENGINES, run_bench, table_cells
-from specdemo.measure.lossless import check_lossless
+from specdemo.measure.lossless import lossless_progress
 from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens
 from specdemo.models import PRESETS
 from specdemo.view import trace as traces
@@ -104,8 +105,9 @@ def theory_from_last(trace: dict | None) -> tuple:
     return round(point["alpha"], 3), point["gamma"], round(min(point["c"], 1.0), 3), "the × is the last run"
 
 
-def lossless(s: Settings, samples: int = 300, k: int = 2, temperature: float = 1.0, progress=None) -> tuple:
-    """The χ² check: (figure, verdict markdown). ``progress(fraction, desc=...)`` if given."""
+def lossless_stream(s: Settings, samples: int = 100, k: int = 2, temperature: float = 1.0, progress=None):
+    """The χ² check as it goes: (figure, markdown) every few samples, with the running p-value;
+    the last one is the verdict. ``progress(fraction, desc=...)`` if given."""
     try:
         if s.method == "naive":
             raise InputError(
@@ -113,17 +115,32 @@ def lossless(s: Settings, samples: int = 300, k: int = 2, temperature: float = 1
             )
         s.temperature = temperature
         prep = prepare(s)
-        report = (lambda done, total: progress(done / total, desc="sampling")) if progress else None
-        check = model_thread.call(
-            check_lossless, prep.pair, prep.ids, prep.config, int(samples), int(k), progress=report
-        )
+        decode = decoder(prep.pair.tokenizer)
+        checks = lossless_progress(prep.pair, prep.ids, prep.config, int(samples), int(k))
+        last = None
+        while (check := model_thread.call(next, checks, None)) is not None:  # each step on the model thread
+            last = check
+            if progress:
+                progress(check.samples / int(samples), desc=f"sampling: {check.samples} of {samples} per side")
+            if check.samples < int(samples):
+                yield (
+                    lossless_figure(check, decode),
+                    f"sampling… {check.samples} of {samples} per side, χ² p-value so far **{check.p_value:.3f}**",
+                )
         verdict = (
-            "no evidence of a difference" if check.p_value > 0.01 else "the distributions differ: that would be a bug"
+            "no evidence of a difference" if last.p_value > 0.01 else "the distributions differ: that would be a bug"
         )
-        figure = lossless_figure(check, decoder(prep.pair.tokenizer))
-        return figure, f"χ² p-value **{check.p_value:.3f}**: {verdict}."
+        yield (
+            lossless_figure(last, decode),
+            f"χ² p-value **{last.p_value:.3f}** ({samples} samples per side): {verdict}.",
+        )
     except Exception as error:
-        return None, f"⚠ {friendly(error)}"
+        yield None, f"⚠ {friendly(error)}"
+
+
+def lossless(s: Settings, samples: int = 100, k: int = 2, temperature: float = 1.0) -> tuple:
+    """The χ² check's verdict: (figure, markdown)."""
+    return deque(lossless_stream(s, samples, k, temperature), maxlen=1)[0]
 
 
 # ---------------------------------------------------------------- suffix decoding's memory

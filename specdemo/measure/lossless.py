@@ -4,6 +4,7 @@ speculative decoding, and test whether the two empirical distributions differ (�
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from scipy.stats import chi2_contingency
@@ -20,15 +21,10 @@ class LosslessCheck:
     k: int
 
 
-def first_tokens(make_steps, config: DecodeConfig, seeds: range, k: int, progress=None) -> Counter:
-    """Sample the first k tokens once per seed; count each tuple."""
-    counts: Counter = Counter()
-    for i, seed in enumerate(seeds):
-        cfg = replace(config, max_new_tokens=k, sampling=replace(config.sampling, seed=seed))
-        counts[tuple(run_all(make_steps(cfg)).token_ids)] += 1
-        if progress:
-            progress(i + 1)
-    return counts
+def first_tokens(make_steps, config: DecodeConfig, seed: int, k: int) -> tuple[int, ...]:
+    """One sample of the first k tokens, drawn with ``seed``."""
+    cfg = replace(config, max_new_tokens=k, sampling=replace(config.sampling, seed=seed))
+    return tuple(run_all(make_steps(cfg)).token_ids)
 
 
 def two_sample_pvalue(a: Counter, b: Counter, min_expected: float = 5.0) -> float:
@@ -52,25 +48,27 @@ def two_sample_pvalue(a: Counter, b: Counter, min_expected: float = 5.0) -> floa
     return float(chi2_contingency([rows_a, rows_b]).pvalue)
 
 
-def check_lossless(
-    pair, prompt_ids, config: DecodeConfig, samples: int = 200, k: int = 2, progress=None
-) -> LosslessCheck:
-    """``config`` must sample (temperature > 0); ``progress(done, total)`` is called as it goes."""
+def lossless_progress(
+    pair, prompt_ids, config: DecodeConfig, samples: int = 200, k: int = 2, every: int = 10
+) -> Iterator[LosslessCheck]:
+    """The check as it goes: one baseline and one speculative sample at a time, and every
+    ``every`` pairs the counts so far with their running χ² p-value (the last one is the result).
+    ``config`` must sample (temperature > 0)."""
     from specdemo.errors import InputError
 
     if config.sampling.greedy:
         raise InputError("the losslessness check compares sampled distributions: set a temperature above 0")
     if not 1 <= k <= 8 or not 10 <= samples <= 5000:
         raise InputError("use 1–8 tokens and 10–5000 samples")
-    report = (lambda offset: lambda i: progress(offset + i, 2 * samples)) if progress else (lambda offset: None)
     # The χ² homogeneity test assumes two INDEPENDENT samples: the two sides draw from disjoint
     # seeds (sample i of both sides on one seed would share their random numbers).
     first = config.sampling.seed
-    base_seeds, spec_seeds = range(first, first + samples), range(first + samples, first + 2 * samples)
-    base = first_tokens(
-        lambda c: baseline_steps(pair.target, prompt_ids, c, pair.eos), config, base_seeds, k, report(0)
-    )
-    spec = first_tokens(
-        lambda c: decode_steps(pair.target, pair.draft, prompt_ids, c, pair.eos), config, spec_seeds, k, report(samples)
-    )
-    return LosslessCheck(base, spec, two_sample_pvalue(base, spec), samples, k)
+    base, spec = Counter(), Counter()
+    for i in range(samples):
+        base[first_tokens(lambda c: baseline_steps(pair.target, prompt_ids, c, pair.eos), config, first + i, k)] += 1
+        spec_seed = first + samples + i
+        spec[
+            first_tokens(lambda c: decode_steps(pair.target, pair.draft, prompt_ids, c, pair.eos), config, spec_seed, k)
+        ] += 1
+        if (i + 1) % every == 0 or i + 1 == samples:
+            yield LosslessCheck(Counter(base), Counter(spec), two_sample_pvalue(base, spec), i + 1, k)
