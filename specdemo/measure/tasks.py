@@ -10,6 +10,7 @@ Every method runs the same prompts against the same baseline, wall clock around 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -75,6 +76,7 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
     with the chat task and a suffix method, the row ``chat-again`` asks the chat prompts a second
     time with the store the first pass filled (the other methods keep nothing: not rerun).
     Returns {"rows": [...], "best": {task: method}}."""
+    started = time.perf_counter()
     base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
     suffix_methods = [m for m, (_, _, engine_method) in drafters.items() if engine_method in SUFFIX_METHODS]
     again = "chat" in tasks and bool(suffix_methods)
@@ -115,7 +117,7 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
         stores.update(chat_answers)
         measure(REPEATED, tasks["chat"], suffix_methods)
     bar.close()
-    return {"rows": rows, "best": best, "max_new_tokens": max_new_tokens}
+    return {"rows": rows, "best": best, "max_new_tokens": max_new_tokens, "seconds": time.perf_counter() - started}
 
 
 def format_tasks(result: dict) -> str:
@@ -132,6 +134,8 @@ def format_tasks(result: dict) -> str:
             cells.append(f"{r['speedup']:.2f}x α {r['alpha']:.2f} τ {r['tau']:.2f}{mark}".rjust(22))
         lines.append(f"{task:<20}" + "".join(cells))
     lines.append("(speedup over the baseline by wall clock · α acceptance · τ tokens per target forward · * best)")
+    if "seconds" in result:
+        lines.append(f"(the table took {result['seconds'] / 60:.1f} minutes)")
     if REPEATED in result["best"]:
         lines.append(f"({REPEATED}: the chat prompts asked again in the same process, suffix decoding's store kept)")
     return "\n".join(lines)
