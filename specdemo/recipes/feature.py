@@ -5,15 +5,17 @@
 1. data: target-written answers in shards (``distill_data.py``; the recipe's own data generation,
    resumable: ``--generate`` runs it first);
 2. features: ONE parallel target forward over each stored sequence gives its hidden states at the
-   head's layers (kept in fp16 in memory: 3.5 KB a token) and the target's own next-token
-   distribution at every position (from the final hidden state, over the draft's N tokens);
+   head's layers (fp16: 3.5 KB a token) and the target's own next-token distribution at every
+   position (from the final hidden state, over the draft's N tokens), cached per shard under
+   ``--work`` (recomputing them each epoch would cost more than the epoch);
 3. the head: initialised from the target (its last decoder layer, its head's N rows, g = the high
    feature), trained to match the target's next-token distribution (soft cross-entropy on answer
    positions) at draft position 1 (the target's features) and, "training-time test", at position 2
    (the head's own h in place of the feature it will not have yet, attending to position-1 keys as
    it does when drafting), loss CE_1 + 0.8 · CE_2. One answer in 25 is held out: "agreement" is how
    often the head's argmax is the target's next token there.
-Checkpoints after every epoch under ``--work``; ``--resume`` continues from the last one.
+Checkpoints after every epoch under ``--work``; ``--resume`` continues from the last one, and
+``--warm-start FOLDER`` starts from a trained head (a fresh schedule, for more data).
 """
 
 from __future__ import annotations
