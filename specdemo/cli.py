@@ -271,7 +271,7 @@ def bench_prompts(path) -> list[str]:
     return prompts
 
 
-TASK_METHODS = ("draft", "feature", "prompt-lookup", "suffix", "suffix-tree")
+TASK_METHODS = ("draft", "feature", "prompt-lookup", "suffix", "suffix-tree", "hybrid")
 
 
 def cmd_tasks(args) -> None:
@@ -295,6 +295,8 @@ def cmd_tasks(args) -> None:
             drafters[m] = (None, PROMPT_LOOKUP_GAMMA, "prompt-lookup")
         elif m in ("suffix", "suffix-tree"):
             drafters[m] = (None, suffix.DEFAULT_GAMMA, m)
+        elif m == "hybrid":
+            drafters[m] = (pair.draft, suffix.DEFAULT_GAMMA, m)
         else:
             feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
             drafters[m] = (feature.draft, PRESETS.get("smollm2-135m-feature", preset).gamma, "draft")

@@ -107,6 +107,7 @@ CASES = [
     ("near", "prompt-lookup", SamplingConfig(temperature=1.0, top_p=0.95, seed=4)),
     # suffix decoding: proposals from the prompt and, sample after sample, from earlier answers
     ("near", "suffix", SamplingConfig(temperature=1.0, seed=10)),
+    ("far", "hybrid", SamplingConfig(temperature=1.0, seed=12)),  # suffix proposals and the model's, mixed
     ("far", "tree", SamplingConfig(temperature=1.0, seed=6)),
     ("near", "tree", SamplingConfig(temperature=0.9, top_k=6, seed=7)),
 ]

@@ -132,3 +132,17 @@ def test_bad_suffix_settings_are_refused_in_one_line(llama_pair):
     cfg = DecodeConfig(method="suffix", suffix=SuffixConfig(min_token_prob=1.5))
     with pytest.raises(InputError, match="minimum probability"):
         list(speculative_steps(target, None, PROMPT, cfg))
+
+
+def test_the_hybrid_drafts_from_the_store_where_it_can_and_from_the_draft_model_elsewhere(tiny_pair):
+    target, draft = tiny_pair
+    store = SuffixStore()
+    cfg = DecodeConfig(max_new_tokens=40, gamma=8, method="hybrid")
+    for prompt in ([1, 5, 7, 9, 11], PROMPT):
+        expected = greedy(target, prompt)
+        first = run_all(decode_steps(target, draft, prompt, cfg, eos_ids(target), store=store))
+        again = run_all(decode_steps(target, draft, prompt, cfg, eos_ids(target), store=store))
+        assert first.token_ids == again.token_ids == expected
+        by_model = [s for s in first.steps if s.drafted and s.draft_source is None]
+        assert by_model and all(len(s.drafted) == 1 for s in by_model)  # the model's own γ: 1
+        assert len(again.steps) < len(first.steps)  # the second time, suffix decoding drafts it

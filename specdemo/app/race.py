@@ -18,6 +18,7 @@ from specdemo.app.settings import (
     friendly,
     prepare,
 )
+from specdemo.decoding.steps import SUFFIX_METHODS
 from specdemo.decoding.suffix import shared_store
 from specdemo.errors import SpecDemoError
 from specdemo.measure.race import VLLM_LEGEND, RaceState
@@ -142,7 +143,7 @@ def remember_answer(outputs: tuple) -> None:
     """On ZeroGPU the race ran in a worker that keeps nothing: file a suffix-decoding race's answer
     (from its trace, the last output) in this process's store, which the next worker starts with."""
     trace = dict(zip(RACE_OUTPUTS, outputs)).get("trace")
-    if isinstance(trace, dict) and trace.get("method") == "suffix":
+    if isinstance(trace, dict) and trace.get("method") in SUFFIX_METHODS:
         shared_store().remember([t for step in trace["contender"] for t in step["emitted"]])
 
 

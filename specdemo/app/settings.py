@@ -45,6 +45,7 @@ METHOD_LABELS = {
     "prompt lookup": "prompt-lookup",
     "suffix decoding (prompt + earlier answers)": "suffix",
     "suffix decoding, as a tree of continuations": "suffix-tree",
+    "hybrid: suffix decoding where it has seen the text, else the draft model": "hybrid",
     "token tree": "tree",
     "naive: draft writes half, target continues (NOT lossless)": "naive",
     "vLLM servers: baseline vs speculative": "vllm",

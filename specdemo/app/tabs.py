@@ -18,6 +18,7 @@ from specdemo.app.settings import (
 )
 from specdemo.decoding import suffix
 from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA
+from specdemo.decoding.steps import SUFFIX_METHODS
 from specdemo.errors import InputError
 from specdemo.measure.bench import DEFAULT_ENGINES, run_bench, table_cells
 from specdemo.measure.lossless import lossless_progress
@@ -170,7 +171,7 @@ def gamma_for_method(method_label: str, preset: str):
     """A method's own best γ when it is picked: the preset's for a draft model; the model-free
     methods propose for free, so longer (suffix decoding's length follows its match below γ)."""
     method = METHOD_LABELS.get(method_label)
-    if method in ("suffix", "suffix-tree"):
+    if method in SUFFIX_METHODS:  # the hybrid's draft model keeps its own γ
         return suffix.DEFAULT_GAMMA
     if method == "prompt-lookup":
         return PROMPT_LOOKUP_GAMMA

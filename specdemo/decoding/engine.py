@@ -23,6 +23,7 @@ from specdemo.decoding.sampling import SamplingConfig, draw, draw_uniform, make_
 from specdemo.decoding.steps import (  # noqa: F401  (re-exported: the engine's public names)
     METHODS,
     MODEL_FREE,
+    SUFFIX_METHODS,
     DecodeConfig,
     Run,
     Step,
@@ -39,7 +40,7 @@ from specdemo.decoding.steps import (  # noqa: F401  (re-exported: the engine's 
     validate_config,
     validate_request,
 )
-from specdemo.decoding.suffix import SuffixDrafter, SuffixStore, shared_store
+from specdemo.decoding.suffix import HybridDrafter, SuffixDrafter, SuffixStore, shared_store
 from specdemo.decoding.tree import tree_steps
 from specdemo.errors import InputError
 
@@ -108,10 +109,14 @@ def make_drafter(config: DecodeConfig, draft_model, target: CachedLM, store: Suf
     if config.method == "suffix":
         return SuffixDrafter(store or shared_store(), config.suffix)
     if draft_model is None:
-        raise InputError("the draft-model method needs a draft model (or use method prompt-lookup or suffix)")
+        raise InputError(f"the {config.method} method needs a draft model (or use method prompt-lookup or suffix)")
     if isinstance(draft_model, FeatureHead):
-        return FeatureDrafter(draft_model, target, target.vocab_size)
-    return ModelDrafter(draft_model, target.vocab_size, config.min_confidence)
+        model = FeatureDrafter(draft_model, target, target.vocab_size)
+    else:
+        model = ModelDrafter(draft_model, target.vocab_size, config.min_confidence)
+    if config.method == "hybrid":
+        return HybridDrafter(SuffixDrafter(store or shared_store(), config.suffix), model, config.suffix)
+    return model
 
 
 def feature_layers(config: DecodeConfig, draft_model) -> tuple[int, ...]:

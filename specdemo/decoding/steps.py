@@ -27,8 +27,9 @@ class TreeConfig:
     min_prob: float = 0.0  # prune nodes whose cumulative draft probability is below this
 
 
-METHODS = ("draft", "prompt-lookup", "suffix", "tree", "suffix-tree")
+METHODS = ("draft", "prompt-lookup", "suffix", "hybrid", "tree", "suffix-tree")
 MODEL_FREE = ("prompt-lookup", "suffix", "suffix-tree")  # methods that run no draft model
+SUFFIX_METHODS = ("suffix", "suffix-tree", "hybrid")  # methods that draft from suffix decoding's store
 
 
 @dataclass
@@ -37,7 +38,7 @@ class DecodeConfig:
     gamma: int = 4
     schedule: str = "constant"  # or "heuristic"
     min_confidence: float = 0.0  # draft-confidence stop; 0 = off
-    method: str = "draft"  # or "prompt-lookup", "suffix", "tree"
+    method: str = "draft"  # or "prompt-lookup", "suffix", "hybrid" (suffix, else the draft model), "tree"
     max_ngram: int = 3
     suffix: SuffixConfig = field(default_factory=SuffixConfig)  # method "suffix"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -107,7 +108,7 @@ def validate_config(config: DecodeConfig) -> None:
     if not 0 <= config.min_confidence < 1:
         raise InputError(f"min_confidence must be in [0, 1), got {config.min_confidence}", field="min_confidence")
     validate_sampling(config.sampling)
-    if config.method in ("suffix", "suffix-tree"):
+    if config.method in SUFFIX_METHODS:
         validate_suffix(config.suffix)
 
 

@@ -46,6 +46,10 @@ MAX_ANSWERS = 256  # earlier answers a store keeps (FIFO): the memory bound
 class SuffixConfig:
     max_spec_factor: float = 1.0  # propose at most factor × match length tokens (and ≤ γ)
     min_token_prob: float = 0.1  # stop the proposal at a continuation seen less often than this
+    # method "hybrid": a suffix proposal of at least hybrid_min tokens (at most γ) is drafted;
+    # otherwise the draft model drafts at most hybrid_model_gamma (its own best γ: 1 on this CPU)
+    hybrid_min: int = 2
+    hybrid_model_gamma: int = 1
 
 
 def available() -> bool:
@@ -59,6 +63,8 @@ def validate_suffix(cfg: SuffixConfig) -> None:
         raise InputError(f"the suffix proposal factor must be > 0, got {cfg.max_spec_factor}", field="method")
     if not 0 <= cfg.min_token_prob < 1:
         raise InputError(f"the suffix minimum probability must be in [0, 1), got {cfg.min_token_prob}", field="method")
+    if cfg.hybrid_min < 1 or cfg.hybrid_model_gamma < 1:
+        raise InputError("the hybrid's shortest suffix proposal and the draft model's γ must be ≥ 1", field="method")
 
 
 class SuffixStore:
@@ -215,3 +221,25 @@ class SuffixDrafter:
             self.cache.stop_request(self.request)
             self.store.add(self.cache, list(self.tokens[self.prompt_length :]))
         self.request = None
+
+
+class HybridDrafter:
+    """Suffix decoding where it has seen this context go on (free, often long), the draft model
+    everywhere else: each step's draft comes from one of them, with its own q, so the rule is
+    unchanged. The draft model catches up on the tokens it skipped at its next turn."""
+
+    name = "hybrid"
+
+    def __init__(self, suffix: SuffixDrafter, model_drafter, config: SuffixConfig = SuffixConfig()):
+        self.suffix = suffix
+        self.model = model_drafter
+        self.config = config
+
+    def propose(self, tokens: list[int], n: int, sampling: SamplingConfig, generator) -> Draft:
+        found = self.suffix.propose(tokens, n, sampling, None)
+        if len(found) >= min(n, self.config.hybrid_min):
+            return found
+        return self.model.propose(tokens, min(n, self.config.hybrid_model_gamma), sampling, generator)
+
+    def close(self) -> None:
+        self.suffix.close()

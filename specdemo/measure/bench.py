@@ -8,6 +8,7 @@ a separate breakdown, never the clock engines are compared with.
 Rows (greedy decoding):
   specdemo-baseline, specdemo-speculative (each γ), specdemo-prompt-lookup (each γ),
   specdemo-suffix (each γ as the longest proposal; each repeat starts with an empty store),
+  specdemo-hybrid (suffix decoding where it has a proposal, else the draft model; asked for by name),
   specdemo-tree (each γ: a token tree of γ nodes, k = 2, the chain's draft budget),
   transformers-generate, transformers-assisted (each γ, constant schedule),
   transformers-prompt-lookup (each γ),
@@ -32,6 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from specdemo.decoding.engine import (
+    SUFFIX_METHODS,
     DecodeConfig,
     Run,
     baseline_steps,
@@ -53,6 +55,7 @@ ENGINES = (
     "specdemo-speculative",
     "specdemo-prompt-lookup",
     "specdemo-suffix",
+    "specdemo-hybrid",
     "specdemo-tree",
     "transformers-generate",
     "transformers-assisted",
@@ -60,10 +63,11 @@ ENGINES = (
     "vllm-baseline",
     "vllm-speculative",
 )
-# vLLM rows need running servers, asked for by name; suffix decoding needs arctic-inference
-DEFAULT_ENGINES = tuple(e for e in ENGINES[:-2] if e != "specdemo-suffix" or available())
+# asked for by name: vLLM rows (they need running servers) and the hybrid; suffix decoding needs arctic-inference
+DEFAULT_ENGINES = tuple(e for e in ENGINES[:-2] if e != "specdemo-hybrid" and (e != "specdemo-suffix" or available()))
 VLLM_ENGINES = {"vllm-baseline": False, "vllm-speculative": True}  # engine → speculates
 ENGINE_METHODS = {"specdemo-prompt-lookup": "prompt-lookup", "specdemo-suffix": "suffix", "specdemo-tree": "tree"}
+ENGINE_METHODS |= {"specdemo-hybrid": "hybrid"}
 
 
 @dataclass
@@ -196,7 +200,7 @@ def run_bench(
 
     ``vllm_urls``: engine → server URL (default: ``vllm.configured_urls()``)."""
     urls = {f"vllm-{role}": url for role, url in vllm.configured_urls().items()} | (vllm_urls or {})
-    if "specdemo-suffix" in engines and not available():
+    if {"specdemo-suffix", "specdemo-hybrid"} & set(engines) and not available():
         raise InputError(INSTALL_HINT)
     base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
     target, draft, eos = pair.target, pair.draft, pair.eos
@@ -233,7 +237,7 @@ def run_bench(
             method = ENGINE_METHODS.get(engine, "draft")
             # the tree gets the chain's draft budget: γ nodes (k = 2 children, depth up to γ)
             cfg = replace(base_cfg, gamma=g or 1, method=method, tree=TreeConfig(2, g or 1, g or 1))
-            store = SuffixStore() if method == "suffix" else None
+            store = SuffixStore() if method in SUFFIX_METHODS else None
             if engine == "specdemo-baseline":
                 make = lambda p, cfg=cfg: baseline_steps(target, p, cfg, eos)
             else:

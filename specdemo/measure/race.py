@@ -16,6 +16,7 @@ METHODS = {
     "suffix": ("speculative decoding with suffix decoding (the prompt and earlier answers; no draft model)", True),
     "tree": ("speculative decoding with a token tree drafted by the draft model", True),
     "suffix-tree": ("speculative decoding with suffix decoding's tree of continuations (no draft model)", True),
+    "hybrid": ("speculative decoding with suffix decoding where it has a proposal, else the draft model", True),
     "naive": ("NOT speculative decoding: the draft writes the first half, the target continues", False),
     "vllm": ("vLLM's speculative decoding against vLLM's baseline, two servers over HTTP", True),
 }

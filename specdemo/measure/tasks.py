@@ -16,16 +16,15 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps
+from specdemo.decoding.engine import SUFFIX_METHODS, DecodeConfig, baseline_steps, decode_steps
 from specdemo.decoding.suffix import SuffixStore
 from specdemo.measure.bench import specdemo_row
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "tasks"
 NAMES = {"draft": "draft model", "feature": "feature drafter", "prompt-lookup": "prompt lookup"}
-NAMES |= {"suffix": "suffix decoding", "suffix-tree": "suffix decoding's tree"}
+NAMES |= {"suffix": "suffix decoding", "suffix-tree": "suffix decoding's tree", "hybrid": "suffix + draft model"}
 GROUNDED = ("code-edit", "rewrite", "extract")  # tasks whose answers copy the prompt
 REPEATED = "chat-again"  # the chat prompts asked a second time: only suffix decoding remembers
-SUFFIX_METHODS = ("suffix", "suffix-tree")
 
 
 def load_tasks(folder: Path = TASKS_DIR, names: list[str] | None = None) -> dict[str, list]:
