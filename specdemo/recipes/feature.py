@@ -281,6 +281,11 @@ def main(argv=None):
         f"tokens), {cfg.epochs} epochs, {minutes:.0f} min on {cfg.threads} CPU threads. Held-out agreement with\n"
         f"the target's next token (draft position 1): {score:.3f}.\n"
     )
+    if args.warm_start:
+        card += (
+            f"\nContinued from the head in `{args.warm_start}` (a fresh schedule over all the data): its\n"
+            "held-out answers are not all new to it, so the agreement above is optimistic; the bench is the test.\n"
+        )
     save_feature_head(head.eval(), args.out, card)
     print(f"feature drafter: held-out agreement {score:.3f}, saved to {args.out}", flush=True)
 
