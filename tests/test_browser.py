@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
+from specdemo.decoding.suffix import DEFAULT_GAMMA
 from specdemo.models import smollm2_ready
 
 CHROMIUM = "/usr/bin/chromium"
@@ -153,7 +154,7 @@ def test_suffix_decoding_drafts_a_question_asked_again_from_its_first_answer(pag
     page.get_by_label("Method", exact=True).click()
     page.get_by_role("option", name="suffix decoding (prompt + earlier answers)").click()
     gamma = page.locator("input[aria-label='number input for γ (draft tokens per step)']")
-    page.wait_for_function("(el) => el.value === '8'", arg=gamma.element_handle())
+    page.wait_for_function(f"(el) => el.value === '{DEFAULT_GAMMA}'", arg=gamma.element_handle())
     run_race(page, 32)
     run_race(page, 32)
     titles = page.locator("#speculative-pane .tok-accepted").evaluate_all("els => els.map(e => e.title)")
