@@ -411,6 +411,8 @@ def test_why_sentences_name_the_deciding_term():
     assert "copies the prompt" in why_sentence("edit", result)
     assert "answered before" in why_sentence("chat-again", result)
     assert "spans of the prompt or of earlier answers" in why_sentence("code", result)
+    hybrid = {"rows": [row("story", "hybrid", 1.3, 0.43)], "best": {"story": "hybrid"}}
+    assert "the draft model the rest" in why_sentence("story", hybrid)
     assert "finds little to copy" in why_sentence("chat", result)
     assert why_sentence("story", result).startswith("Nothing pays on story")
 

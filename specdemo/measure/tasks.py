@@ -155,6 +155,11 @@ def why_sentence(task: str, result: dict) -> str:
             "these questions were answered before in this process, and suffix decoding proposes the earlier "
             f"answers whole ({best['alpha']:.0%} kept, τ = {best['tau']:.2f} tokens a forward)"
         )
+    elif best["method"] == "hybrid":
+        reason = (
+            "part of the answer repeats the prompt or earlier answers and part is new: suffix decoding drafts "
+            f"the repeats for free and the draft model the rest ({best['alpha']:.0%} kept)"
+        )
     elif best["method"] in SUFFIX_METHODS:
         reason = (
             "the answer repeats spans of the prompt or of earlier answers; suffix decoding proposes as much of "
