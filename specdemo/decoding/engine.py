@@ -106,8 +106,9 @@ def verify_draft(logits: torch.Tensor, draft: Draft, sampling: SamplingConfig, g
 def make_drafter(config: DecodeConfig, draft_model, target: CachedLM, store: SuffixStore | None = None):
     if config.method == "prompt-lookup":
         return PromptLookupDrafter(config.max_ngram)
+    store = (store or shared_store()) if config.method in SUFFIX_METHODS else None
     if config.method == "suffix":
-        return SuffixDrafter(store or shared_store(), config.suffix)
+        return SuffixDrafter(store, config.suffix)
     if draft_model is None:
         raise InputError(f"the {config.method} method needs a draft model (or use method prompt-lookup or suffix)")
     if isinstance(draft_model, FeatureHead):
@@ -115,7 +116,7 @@ def make_drafter(config: DecodeConfig, draft_model, target: CachedLM, store: Suf
     else:
         model = ModelDrafter(draft_model, target.vocab_size, config.min_confidence)
     if config.method == "hybrid":
-        return HybridDrafter(SuffixDrafter(store or shared_store(), config.suffix), model, config.suffix)
+        return HybridDrafter(SuffixDrafter(store, config.suffix), model, config.suffix)
     return model
 
 

@@ -110,11 +110,8 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
         for store in stores.values():
             store.reset()
         measure(task, prompts, list(drafters))
-        if task == "chat" and again:
-            chat_answers = {m: stores.pop(m) for m in suffix_methods}  # kept aside for chat-again
-    if again:
-        stores.update(chat_answers)
-        measure(REPEATED, tasks["chat"], suffix_methods)
+        if task == "chat" and again:  # before the next task empties the stores the chat row filled
+            measure(REPEATED, prompts, suffix_methods)
     bar.close()
     return {"rows": rows, "best": best, "max_new_tokens": max_new_tokens, "seconds": time.perf_counter() - started}
 
