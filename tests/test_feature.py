@@ -17,10 +17,10 @@ from specdemo.decoding.sampling import SamplingConfig
 from specdemo.errors import InputError, ModelLoadError
 
 
-def random_head(target, seed: int = 0, layers=(0, 1, 2), draft_ids=None) -> FeatureHead:
+def random_head(target, seed: int = 0, layers=(0, 1, 2), draft_ids=None, depth: int = 1) -> FeatureHead:
     torch.manual_seed(seed)
     vocab = target.config.vocab_size
-    head = FeatureHead(config_for(target, layers, draft_ids or list(range(vocab))))
+    head = FeatureHead(config_for(target, layers, draft_ids or list(range(vocab)), depth))
     with torch.no_grad():
         for p in head.parameters():
             p.normal_(0, 0.3)
@@ -32,10 +32,12 @@ def target():
     return llama(3, 0)
 
 
-@pytest.mark.parametrize("gamma", [1, 2, 4])
-@pytest.mark.parametrize("draft_vocab", [None, 40])
-def test_greedy_output_is_the_targets_generate(target, gamma, draft_vocab):
-    head = random_head(target, seed=gamma, draft_ids=list(range(draft_vocab)) if draft_vocab else None)
+@pytest.mark.parametrize(
+    "gamma, draft_vocab, depth",
+    [(1, None, 1), (2, None, 1), (4, None, 1), (1, 40, 1), (2, 40, 1), (4, 40, 1), (3, 40, 2)],
+)
+def test_greedy_output_is_the_targets_generate(target, gamma, draft_vocab, depth):
+    head = random_head(target, seed=gamma, draft_ids=list(range(draft_vocab)) if draft_vocab else None, depth=depth)
     for prompt in ([1, 5, 9, 13], [3, 3, 7, 2, 8, 20, 4]):
         expected = target.generate(
             torch.tensor([prompt]), max_new_tokens=40, do_sample=False, eos_token_id=None, pad_token_id=0
@@ -96,14 +98,16 @@ def drafts_match_a_fresh_drafter(target, head, prompt, steps: int = 12, gamma: i
     return all(seen) and len(seen) > 3
 
 
-def test_the_heads_cache_is_cropped_to_target_verified_positions(target):
-    assert drafts_match_a_fresh_drafter(target, random_head(target, 3), [1, 5, 9, 13])
+@pytest.mark.parametrize("depth", [1, 2])
+def test_the_heads_cache_is_cropped_to_target_verified_positions(target, depth):
+    assert drafts_match_a_fresh_drafter(target, random_head(target, 3, depth=depth), [1, 5, 9, 13])
 
 
-def test_control_stale_features_are_caught(target, monkeypatch):
+@pytest.mark.parametrize("depth", [1, 2])
+def test_control_stale_features_are_caught(target, monkeypatch, depth):
     """Keeping the head's entries built on its own h (instead of cropping them) must be caught."""
     monkeypatch.setattr(FeatureDrafter, "rollback_to", lambda self, positions: None)
-    assert not drafts_match_a_fresh_drafter(target, random_head(target, 3), [1, 5, 9, 13])
+    assert not drafts_match_a_fresh_drafter(target, random_head(target, 3, depth=depth), [1, 5, 9, 13])
 
 
 def test_first_tokens_follow_the_target_distribution():
@@ -150,3 +154,55 @@ def test_save_load_and_refuse_another_target(tmp_path, tiny_folders):
     with pytest.raises(InputError, match="feature drafter"):
         run_all(decode_steps(pair.target, pair.draft, [5, 6], DecodeConfig(max_new_tokens=4, method="tree")))
     assert feature.is_feature_drafter(str(tmp_path / "feature")) and not feature.is_feature_drafter(str(tmp_path))
+
+
+def test_a_head_saved_before_the_depth_option_loads_as_depth_one(tmp_path, target):
+    """Heads trained before ``depth`` existed stored their layer as ``layer.*`` and no depth."""
+    import json
+
+    head = random_head(target, seed=2)
+    save_feature_head(head, tmp_path)
+    state = torch.load(tmp_path / feature.WEIGHTS_FILE)
+    torch.save({k.replace("blocks.0.", "layer.", 1): v for k, v in state.items()}, tmp_path / feature.WEIGHTS_FILE)
+    cfg = json.loads((tmp_path / feature.CONFIG_FILE).read_text())
+    del cfg["depth"]
+    (tmp_path / feature.CONFIG_FILE).write_text(json.dumps(cfg))
+    loaded = feature.load_feature_head(str(tmp_path))
+    assert loaded.cfg.depth == 1
+    assert torch.equal(loaded.blocks[0].q.weight, head.blocks[0].q.weight.half().float())
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_training_sees_the_logits_drafting_computes(target, depth):
+    """The recipe scores every position at once; drafting builds them one at a time with the head's
+    cache. Position 1 (target features) and the second draft (the head's own h in place of the
+    feature) must agree, or the head is trained for a computation it never runs."""
+    from specdemo.recipes.feature import parallel_logits
+
+    head = random_head(target, seed=4, depth=depth)
+    width, hidden = 9, head.cfg.hidden
+    torch.manual_seed(1)
+    embeds, feats = torch.randn(1, width, hidden), torch.randn(1, width, 3 * hidden)
+    with torch.no_grad():
+        first, second = parallel_logits(head, embeds, feats)
+        for j in range(2, width + 1):  # the target has verified positions 1..j−1; draft twice from there
+            caches = feature.new_caches(head)
+            h, reduced = head(embeds[:, : j - 1], feats[:, : j - 1], torch.arange(1, j), caches)
+            assert torch.allclose(reduced[0, -1], first[0, j - 2], atol=1e-4)
+            _, reduced = head(embeds[:, j - 1 : j], h[:, -1:], torch.tensor([j]), caches, fused=True)
+            assert torch.allclose(reduced[0, -1], second[0, j - 1], atol=1e-4)
+
+
+def test_a_deepened_head_starts_as_the_head_it_grew_from(target):
+    from specdemo.recipes.feature import deepen, parallel_logits
+
+    small = random_head(target, seed=7)
+    deep = FeatureHead(config_for(target, small.cfg.layers, small.cfg.draft_ids, depth=2))
+    deepen(deep, small, target)
+    torch.manual_seed(2)
+    embeds, feats = torch.randn(1, 6, small.cfg.hidden), torch.randn(1, 6, 3 * small.cfg.hidden)
+    with torch.no_grad():
+        before, after = parallel_logits(small, embeds, feats), parallel_logits(deep.eval(), embeds, feats)
+        for a, b in zip(before, after, strict=True):
+            assert torch.allclose(a, b, atol=1e-5)
+        assert deep.blocks[1].q.weight.abs().sum() > 0  # the new layer is a real layer, only its outputs start at 0

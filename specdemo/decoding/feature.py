@@ -8,7 +8,7 @@ so the head's input at position t+1 is (f_t, token t+1), and its output there pr
 
     g_t   = fuse(cat(f_t^low, f_t^mid, f_t^high))            3H → H
     x_t+1 = mix(cat(embed(token t+1), g_t))                  2H → H   (embed: the target's, frozen)
-    h_t+1 = one decoder layer(x_t+1 | its own KV cache)      attention over earlier positions
+    h_t+1 = decoder layer(s)(x_t+1 | their own KV cache)    attention over earlier positions (depth 1 or 2)
     q     = softmax(head(norm(h_t+1)))                       over the draft's N most frequent tokens
 
 Drafting γ tokens: the first uses the target's features; each next one feeds the head's own h in
@@ -49,6 +49,7 @@ class FeatureConfig:
     vocab_size: int  # the target's
     draft_ids: list[int] = field(default_factory=list)  # the N target ids the head scores
     target: dict = field(default_factory=dict)  # what identifies the target (see target_fingerprint)
+    depth: int = 1  # decoder layers in the head (EAGLE: 1)
 
     @property
     def head_dim(self) -> int:
@@ -67,7 +68,7 @@ def target_fingerprint(model) -> dict:
     }
 
 
-def config_for(target, layers: tuple[int, ...], draft_ids: list[int]) -> FeatureConfig:
+def config_for(target, layers: tuple[int, ...], draft_ids: list[int], depth: int = 1) -> FeatureConfig:
     c = target.config
     theta = (getattr(c, "rope_parameters", None) or {}).get("rope_theta", getattr(c, "rope_theta", 10000.0))
     return FeatureConfig(
@@ -81,6 +82,7 @@ def config_for(target, layers: tuple[int, ...], draft_ids: list[int]) -> Feature
         vocab_size=target.get_output_embeddings().weight.shape[0],
         draft_ids=list(draft_ids),
         target=target_fingerprint(target),
+        depth=depth,
     )
 
 
@@ -176,8 +178,12 @@ class DecoderLayer(nn.Module):
         return self.finish(x, q, k, v, mask)
 
 
+def new_caches(head: FeatureHead) -> list[LayerCache]:
+    return [LayerCache() for _ in head.blocks]
+
+
 class FeatureHead(nn.Module):
-    """The drafter's weights: fuse, mix, one decoder layer, norm, head over N tokens (see top)."""
+    """The drafter's weights: fuse, mix, decoder layer(s), norm, head over N tokens (see top)."""
 
     def __init__(self, cfg: FeatureConfig):
         super().__init__()
@@ -185,17 +191,19 @@ class FeatureHead(nn.Module):
         h = cfg.hidden
         self.fuse = nn.Linear(len(cfg.layers) * h, h, bias=False)
         self.mix = nn.Linear(2 * h, h, bias=False)
-        self.layer = DecoderLayer(cfg)
+        self.blocks = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.depth))
         self.norm = RMSNorm(h, cfg.rms_eps)
         ids = cfg.draft_ids or list(range(cfg.vocab_size))
         self.head = nn.Linear(h, len(ids), bias=False)
         self.register_buffer("draft_ids", torch.tensor(ids, dtype=torch.long), persistent=False)
 
-    def forward(self, embeds, features, positions, cache: LayerCache | None = None, fused: bool = False):
+    def forward(self, embeds, features, positions, caches: list[LayerCache] | None = None, fused: bool = False):
         """embeds [B, n, H] of tokens t+1; features [B, n, 3H] target features f_t (or [B, n, H] own
         hidden states with ``fused``) → (hidden h [B, n, H], logits over the N draft ids [B, n, N])."""
         g = features if fused else self.fuse(features)
-        h = self.layer(self.mix(torch.cat([embeds, g], -1)), positions, cache)
+        h = self.mix(torch.cat([embeds, g], -1))
+        for i, block in enumerate(self.blocks):
+            h = block(h, positions, caches[i] if caches else None)
         return h, self.head(self.norm(h))
 
     def full_logits(self, reduced: torch.Tensor) -> torch.Tensor:
@@ -245,6 +253,8 @@ def load_feature_head(folder: str, dtype: torch.dtype = torch.float32) -> Featur
     cfg_dict["layers"] = tuple(cfg_dict["layers"])
     head = FeatureHead(FeatureConfig(**cfg_dict))
     state = torch.load(Path(folder, WEIGHTS_FILE), map_location="cpu")
+    # heads saved before the depth option kept their one layer as "layer."
+    state = {k.replace("layer.", "blocks.0.", 1) if k.startswith("layer.") else k: v for k, v in state.items()}
     head.load_state_dict({k: v.to(dtype) for k, v in state.items()})
     return head.to(dtype).eval()
 
@@ -260,12 +270,13 @@ class FeatureDrafter:
         self.target = target  # the CachedLM of the target (with feature_layers = head.cfg.layers)
         self.embed = target.model.get_input_embeddings()
         self.vocab_size = vocab_size
-        self.cache = LayerCache()
+        self.caches = new_caches(head)
         self.based = 0  # the head's cache holds positions 1..based built on target features
 
     def rollback_to(self, positions: int) -> None:
         """Keep the head's entries for positions 1..``positions``."""
-        self.cache.crop(positions)
+        for cache in self.caches:
+            cache.crop(positions)
         self.based = min(self.based, positions)
 
     @torch.inference_mode()
@@ -283,7 +294,7 @@ class FeatureDrafter:
         ids = torch.tensor([tokens[start : usable + 1]], device=self.head.device)
         feats = self.target.features[start - 1 : usable][None].to(self.head.head.weight.dtype)
         positions = torch.arange(start, usable + 1, device=self.head.device)
-        h, reduced = self.head(self.embed(ids), feats, positions, self.cache)
+        h, reduced = self.head(self.embed(ids), feats, positions, self.caches)
         self.based = usable
         drafted, prob_rows = [], []
         for i in range(n):
@@ -296,6 +307,6 @@ class FeatureDrafter:
             # the next position has no target feature yet: the head's own h stands in for it
             position = torch.tensor([usable + 1 + i], device=self.head.device)
             h, reduced = self.head(
-                self.embed(torch.tensor([[x]], device=self.head.device)), h[:, -1:], position, self.cache, fused=True
+                self.embed(torch.tensor([[x]], device=self.head.device)), h[:, -1:], position, self.caches, fused=True
             )
         return Draft(drafted, torch.stack(prob_rows))

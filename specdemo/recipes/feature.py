@@ -12,10 +12,12 @@
    feature), trained to match the target's next-token distribution (soft cross-entropy on answer
    positions) at draft position 1 (the target's features) and, "training-time test", at position 2
    (the head's own h in place of the feature it will not have yet, attending to position-1 keys as
-   it does when drafting), loss CE_1 + 0.8 · CE_2. One answer in 25 is held out: "agreement" is how
+   it does when drafting), loss CE_1 + 0.8 · CE_2. The answers to one prompt in 25 are held out (by
+   prompt: the data answers each prompt several times, at several temperatures): "agreement" is how
    often the head's argmax is the target's next token there.
 Checkpoints after every epoch under ``--work``; ``--resume`` continues from the last one, and
-``--warm-start FOLDER`` starts from a trained head (a fresh schedule, for more data).
+``--warm-start FOLDER`` starts from a trained head (a fresh schedule, for more data, or ``--depth 2``
+over a one-layer head: the new layer starts as a no-op, see ``deepen``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +42,7 @@ class FeatureTrainConfig:
     batch_size: int = 8  # sequences per optimiser step
     lr: float = 1e-3
     ttt_weight: float = 0.8  # weight of the position-2 ("training-time test") loss; 0 = position 1 only
+    depth: int = 1  # decoder layers in the head
     max_rows: int = 0  # 0 = every stored answer
     seed: int = 0
     threads: int = 2
@@ -104,30 +108,53 @@ def extract(target, rows: list[dict], layers: tuple[int, ...], draft_ids: torch.
     return out
 
 
+def copy_target_layer(block, layer) -> None:
+    """One of the head's decoder layers ← a decoder layer of the target (same shapes)."""
+    pairs = {
+        block.q: layer.self_attn.q_proj,
+        block.k: layer.self_attn.k_proj,
+        block.v: layer.self_attn.v_proj,
+        block.o: layer.self_attn.o_proj,
+        block.gate: layer.mlp.gate_proj,
+        block.up: layer.mlp.up_proj,
+        block.down: layer.mlp.down_proj,
+    }
+    for mine, theirs in pairs.items():
+        mine.weight.copy_(theirs.weight)
+    block.attn_norm.weight.copy_(layer.input_layernorm.weight)
+    block.mlp_norm.weight.copy_(layer.post_attention_layernorm.weight)
+
+
+@torch.no_grad()
 def init_from_target(head: FeatureHead, target, draft_ids: torch.Tensor) -> None:
-    """The target's last decoder layer and its head's N rows; g = the high feature; x = g."""
-    layer = target.model.layers[-1]
+    """The target's last decoder layers and its head's N rows; g = the high feature; x = g."""
     h = head.cfg.hidden
-    with torch.no_grad():
-        pairs = {
-            head.layer.q: layer.self_attn.q_proj,
-            head.layer.k: layer.self_attn.k_proj,
-            head.layer.v: layer.self_attn.v_proj,
-            head.layer.o: layer.self_attn.o_proj,
-            head.layer.gate: layer.mlp.gate_proj,
-            head.layer.up: layer.mlp.up_proj,
-            head.layer.down: layer.mlp.down_proj,
-        }
-        for mine, theirs in pairs.items():
-            mine.weight.copy_(theirs.weight)
-        head.layer.attn_norm.weight.copy_(layer.input_layernorm.weight)
-        head.layer.mlp_norm.weight.copy_(layer.post_attention_layernorm.weight)
-        head.norm.weight.copy_(target.model.norm.weight)
-        head.head.weight.copy_(target.get_output_embeddings().weight[draft_ids])
-        head.fuse.weight.zero_()
-        head.fuse.weight[:, -h:].copy_(torch.eye(h))
-        head.mix.weight.zero_()
-        head.mix.weight[:, h:].copy_(torch.eye(h))
+    for block, layer in zip(head.blocks, target.model.layers[-len(head.blocks) :], strict=True):
+        copy_target_layer(block, layer)
+    head.norm.weight.copy_(target.model.norm.weight)
+    head.head.weight.copy_(target.get_output_embeddings().weight[draft_ids])
+    head.fuse.weight.zero_()
+    head.fuse.weight[:, -h:].copy_(torch.eye(h))
+    head.mix.weight.zero_()
+    head.mix.weight[:, h:].copy_(torch.eye(h))
+
+
+@torch.no_grad()
+def deepen(head: FeatureHead, trained: FeatureHead, target) -> None:
+    """A deeper head that starts as ``trained`` computes: its layers first, then each new layer a
+    copy of the target's last one with its two output projections zeroed, so x + attn(x) + mlp(x)
+    adds nothing until training finds a use for it (the capacity probe starts from the smaller
+    head's α, not from scratch)."""
+    kept = len(trained.blocks)
+    state = {k: v for k, v in trained.state_dict().items() if not k.startswith("blocks.")}
+    head.load_state_dict(state, strict=False)
+    for i, block in enumerate(head.blocks):
+        if i < kept:
+            block.load_state_dict(trained.blocks[i].state_dict())
+        else:
+            copy_target_layer(block, target.model.layers[-1])
+            block.o.weight.zero_()
+            block.down.weight.zero_()
 
 
 def soft_targets(items: list[dict], width: int, n_vocab: int) -> torch.Tensor:
@@ -137,6 +164,32 @@ def soft_targets(items: list[dict], width: int, n_vocab: int) -> torch.Tensor:
         n = min(width, len(it["ids"]) - 1)
         out[b, :n].scatter_(-1, it["top_ids"][1 : n + 1].long(), it["top_p"][1 : n + 1].float())
     return out
+
+
+def parallel_logits(head: FeatureHead, embeds, feats, second: bool = True):
+    """Every position's draft logits at once, as drafting computes them one by one: position 1 from
+    the target's features (causal), and, with ``second``, the second draft at every j (input
+    (h1_{j−1}, token j), each layer attending to its position-1 keys of positions < j and to its own).
+    embeds, feats: [B, W, H], [B, W, 3H] for positions 1..W → ([B, W, N], [B, W, N] | None)."""
+    width = embeds.shape[1]
+    positions = torch.arange(1, width + 1, device=embeds.device)
+    h1, keys = head.mix(torch.cat([embeds, head.fuse(feats)], -1)), []
+    causal = torch.ones(width, width, dtype=torch.bool, device=embeds.device).tril()
+    for block in head.blocks:
+        q1, k1, v1 = block.project(h1, positions)
+        keys.append((k1, v1))
+        h1 = block.finish(h1, q1, k1, v1, causal)
+    logits1 = head.head(head.norm(h1))
+    if not second:
+        return logits1, None
+    own = torch.cat([torch.zeros_like(h1[:, :1]), h1[:, :-1]], 1)
+    h2 = head.mix(torch.cat([embeds, own], -1))
+    earlier = torch.ones(width, width, dtype=torch.bool, device=embeds.device).tril(-1)
+    mask = torch.cat([earlier, torch.eye(width, dtype=torch.bool, device=embeds.device)], 1)
+    for block, (k1, v1) in zip(head.blocks, keys, strict=True):
+        q2, k2, v2 = block.project(h2, positions)
+        h2 = block.finish(h2, q2, torch.cat([k1, k2], 2), torch.cat([v1, v2], 2), mask)
+    return logits1, head.head(head.norm(h2))
 
 
 def losses(head: FeatureHead, embed, items: list[dict], ttt_weight: float):
@@ -150,34 +203,24 @@ def losses(head: FeatureHead, embed, items: list[dict], ttt_weight: float):
         ids[i, :n] = torch.tensor(it["ids"][1:])
         feats[i, :n] = it["feats"][:n].float()
         weight[i, max(0, it["answer_start"] - 1) : n] = 1.0  # positions predicting answer tokens
-    positions = torch.arange(1, width + 1)
-    embeds = embed(ids)
     target = soft_targets(items, width, head.head.weight.shape[0])
-    layer = head.layer
-    # position 1: the target's features (padding positions sit after each sequence: causal, masked)
-    x1 = head.mix(torch.cat([embeds, head.fuse(feats)], -1))
-    q1, k1, v1 = layer.project(x1, positions)
-    h1 = layer.finish(x1, q1, k1, v1, torch.ones(width, width, dtype=torch.bool).tril())
-    logits1 = head.head(head.norm(h1))
+    logits1, logits2 = parallel_logits(head, embed(ids), feats, ttt_weight > 0)
     ce1 = -(target * logits1.log_softmax(-1)).sum(-1)
     loss = (ce1 * weight).sum() / weight.sum()
     agree = ((logits1.argmax(-1) == target.argmax(-1)).float() * weight).sum() / weight.sum()
-    if ttt_weight:
-        # position 2 for every j at once, as drafting the second token sees it: input (h1_{j−1}, token j),
-        # attending to the position-1 keys of positions < j and to its own
-        own = torch.cat([torch.zeros_like(h1[:, :1]), h1[:, :-1]], 1)
-        x2 = head.mix(torch.cat([embeds, own], -1))
-        q2, k2, v2 = layer.project(x2, positions)
-        earlier = torch.ones(width, width, dtype=torch.bool).tril(-1)
-        mask = torch.cat([earlier, torch.eye(width, dtype=torch.bool)], 1)
-        h2 = layer.finish(x2, q2, torch.cat([k1, k2], 2), torch.cat([v1, v2], 2), mask)
-        logits2 = head.head(head.norm(h2))
+    if logits2 is not None:
         # the second draft at j predicts token j+1 from (h1_{j−1}, token j): the same target row as CE₁
         w2 = weight.clone()
         w2[:, 0] = 0
         ce2 = -(target * logits2.log_softmax(-1)).sum(-1)
         loss = loss + ttt_weight * (ce2 * w2).sum() / w2.sum().clamp_min(1)
     return loss, float(agree)
+
+
+def is_held_out(item: dict) -> bool:
+    """One prompt in 25, by a stable hash of its tokens: all its answers on the same side."""
+    prompt = item["ids"][: item["answer_start"]]
+    return zlib.crc32(torch.tensor(prompt, dtype=torch.int32).numpy().tobytes()) % 25 == 0
 
 
 @torch.no_grad()
@@ -188,8 +231,8 @@ def held_out_agreement(head: FeatureHead, embed, items: list[dict]) -> float:
 
 def train(head: FeatureHead, embed, items: list[dict], cfg: FeatureTrainConfig, work: Path, resume: bool) -> float:
     rng = random.Random(cfg.seed)
-    held = items[::25]
-    train_items = [it for i, it in enumerate(items) if i % 25]
+    held = [it for it in items if is_held_out(it)]
+    train_items = [it for it in items if not is_held_out(it)]
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     total = cfg.epochs * (len(train_items) // cfg.batch_size)
@@ -264,9 +307,9 @@ def main(argv=None):
     items = load_items(args.data, args.work, target, layers, torch.tensor(draft_ids), cfg.max_rows)
     answer_tokens = sum(len(it["ids"]) - it["answer_start"] for it in items)
     print(f"[data] {len(items)} answers, {answer_tokens} answer tokens from {args.data}", flush=True)
-    head = FeatureHead(config_for(target, layers, draft_ids))
+    head = FeatureHead(config_for(target, layers, draft_ids, cfg.depth))
     if args.warm_start:  # continue from a trained head (more data since): its weights, a fresh schedule
-        head.load_state_dict(load_feature_head(str(args.warm_start)).state_dict())
+        deepen(head, load_feature_head(str(args.warm_start)), target)
         print(f"[train] warm start from {args.warm_start}", flush=True)
     else:
         init_from_target(head, target, torch.tensor(draft_ids))
@@ -275,8 +318,8 @@ def main(argv=None):
     minutes = (time.time() - started) / 60
     card = (
         "# SmolLM2-135M-Instruct feature drafter (EAGLE-3 style)\n\n"
-        f"Reads the target's hidden states at layers {layers} (indices into `hidden_states`); one decoder\n"
-        f"layer; scores the {cfg.draft_vocab} most frequent target tokens. Trained by\n"
+        f"Reads the target's hidden states at layers {layers} (indices into `hidden_states`); {cfg.depth}\n"
+        f"decoder layer(s); scores the {cfg.draft_vocab} most frequent target tokens. Trained by\n"
         f"`python -m specdemo.recipes.feature` on {len(items)} target-written answers ({answer_tokens} answer\n"
         f"tokens), {cfg.epochs} epochs, {minutes:.0f} min on {cfg.threads} CPU threads. Held-out agreement with\n"
         f"the target's next token (draft position 1): {score:.3f}.\n"
