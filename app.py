@@ -28,7 +28,7 @@ from pathlib import Path
 import gradio as gr
 
 from specdemo import errors, models
-from specdemo.app import api, durations, inspector, race, sessions, tabs, texts
+from specdemo.app import api, durations, inspector, race, sessions, tabs, texts, tries
 from specdemo.app.race import RACE_OUTPUTS
 from specdemo.app.settings import (
     DTYPE_CHOICES,
@@ -226,6 +226,17 @@ def build_demo() -> gr.Blocks:
                         gr.Markdown("### Speculative: draft, then one target check")
                         spec_pane = gr.HTML("", elem_id="speculative-pane", elem_classes="pane")
                 summary = gr.HTML("", elem_id="summary")
+                with gr.Row(equal_height=True):  # same prompt, another method: every result kept below
+                    try_method = gr.Dropdown(
+                        [tries.LABEL_OF[m] for m in tries.SUGGESTION_ORDER],
+                        value=None,
+                        label="Try another method on this prompt",
+                        elem_id="try-method",
+                        scale=3,
+                    )
+                    try_btn = gr.Button("Race it (the results so far stay listed)", elem_id="try-btn", scale=1)
+                tries_table = gr.HTML("", elem_id="tries")
+                tried = gr.State([], time_to_live=SESSION_TTL_S)
                 with gr.Row():
                     race_plot = gr.Plot(label="race", elem_id="race-plot")
                     speedup_plot = gr.Plot(label="speedup", elem_id="speedup-plot")
@@ -298,7 +309,16 @@ def build_demo() -> gr.Blocks:
         model_event = dict(concurrency_id="models", api_visibility="private", validator=validate)
         race_api = dict(api_visibility="public", api_name="race")  # the live race as a stream a client can cancel
         race_event = run_btn.click(run, inputs_kwargs=settings, outputs=race_outputs, **(model_event | race_api))
-        race_event.then(tabs.suffix_memory, None, suffix_note, api_visibility="private")
+        try_event = try_btn.click(
+            tries.pick, [try_method, preset], [method_label, gamma], api_visibility="private"
+        ).success(run, inputs_kwargs=settings, outputs=race_outputs, **model_event)
+        methods_out = [methods_plot, methods_table, zoo_plot]
+        for event in (race_event, try_event):  # after every race
+            event.then(tabs.suffix_memory, None, suffix_note, api_visibility="private")
+            tries_out = [tried, tries_table, try_method]
+            event.then(tries.after_race, [tried, last_trace], tries_out, api_visibility="private")
+            # the zoo marks the last race (its α and c) among the stored drafters
+            event.then(tabs.methods_view, [preset, last_trace], methods_out, api_visibility="private")
         forget_btn.click(tabs.forget_answers, None, suffix_note, api_visibility="private")
         method_label.change(tabs.gamma_for_method, [method_label, preset], gamma, api_visibility="private")
         trace_file.upload(race.replay, trace_file, race_outputs, api_visibility="private")
@@ -332,11 +352,8 @@ def build_demo() -> gr.Blocks:
             outputs=[methods_plot, methods_table, zoo_plot],
             **model_event,
         )
-        methods_out = [methods_plot, methods_table, zoo_plot]
         preset.change(tabs.methods_view, preset, methods_out, api_visibility="private")
         demo.load(tabs.methods_view, preset, methods_out, api_visibility="private")
-        # the zoo marks the last race (its α and c) among the stored drafters
-        race_event.then(tabs.methods_view, [preset, last_trace], methods_out, api_visibility="private")
         demo.unload(forget)
     demo.queue(max_size=MAX_QUEUE, default_concurrency_limit=CONCURRENCY)
     return demo

@@ -438,3 +438,25 @@ def test_picking_a_method_picks_its_gamma():
     assert tabs.gamma_for_method("suffix decoding (prompt + earlier answers)", preset) == suffix.DEFAULT_GAMMA
     assert tabs.gamma_for_method("prompt lookup", preset) == PROMPT_LOOKUP_GAMMA
     assert tabs.gamma_for_method("draft model", preset) == PRESETS[preset].gamma
+
+
+@pytest.mark.skipif(not suffix.available(), reason="arctic-inference is not installed (see .ci/run)")
+def test_trying_another_method_keeps_every_race_on_the_prompt():
+    from specdemo.app import tries
+
+    first = last_race_output()["trace"]
+    kept, table, suggestion = tries.after_race([], first)
+    assert [t["method"] for t in kept] == ["draft"] and table == ""  # one race: nothing to compare yet
+    assert suggestion == tries.LABEL_OF["suffix"]  # the first method not raced on this prompt
+    label, gamma = tries.pick(suggestion, "bundled-tinystories")
+    assert (label, gamma) == (suggestion, suffix.DEFAULT_GAMMA)
+    second = last_race_output(method_label=label, gamma=gamma)["trace"]
+    kept, table, suggestion = tries.after_race(kept, second)
+    assert [t["method"] for t in kept] == ["draft", "suffix"]
+    assert table.count("<tr>") == 3 and "★" in table and suggestion == tries.LABEL_OF["prompt-lookup"]
+    speedups = [t["speedup"] for t in kept]
+    assert f"{max(speedups):.2f}× ★" in table and f"{min(speedups):.2f}× ★" not in table
+    # another prompt starts a new list; a race that never started adds nothing
+    other = last_race_output(prompt="the dog ran to the")["trace"]
+    assert [t["method"] for t in tries.keep_try(kept, other)] == ["draft"]
+    assert tries.keep_try(kept, None) == kept

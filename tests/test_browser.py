@@ -169,6 +169,25 @@ def test_suffix_decoding_drafts_a_question_asked_again_from_its_first_answer(pag
     no_error_badge(page)
 
 
+def test_one_click_races_another_method_on_the_prompt_and_keeps_both(page):
+    page.locator("#prompt textarea").fill(SEED_PROMPT)
+    run_race(page, 24)
+    suggestion = page.locator("#try-method input")
+    page.wait_for_function("(el) => el.value.startsWith('suffix decoding')", arg=suggestion.element_handle())
+    page.locator("#try-btn").click()
+    wait_status(page, "●")
+    page.wait_for_function(f"() => /✓|⚠/.test({STATUS_TEXT})", timeout=300_000)
+    assert "✓ done" in status(page)
+    page.locator("#tries table").wait_for(timeout=30_000)
+    table = page.locator("#tries").inner_text()
+    assert "draft model" in table and "suffix decoding (prompt + earlier answers)" in table and "★" in table
+    assert page.get_by_label("Method", exact=True).input_value().startswith("suffix decoding")
+    page.screenshot(path=str(ARTIFACTS / "browser-try-another-method.png"), full_page=True)
+    page.get_by_label("Method", exact=True).click()
+    page.get_by_role("option", name="draft model", exact=True).click()
+    no_error_badge(page)
+
+
 def test_prompt_is_shown_as_text_never_run(page):
     page.locator("#prompt textarea").fill("<script>alert(1)</script> Tell me a story")
     run_race(page, 8)
