@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
@@ -140,12 +141,33 @@ def test_bad_input_is_refused_before_loading_next_to_its_field(changes, field, m
 def test_load_errors_are_one_status_line_and_nothing_is_lost(changes, message, caplog):
     caplog.set_level(logging.INFO, logger="specdemo.app")
     outputs = list(race_tab.race(settings(**changes)))
-    assert len(outputs) == 2 and outputs[0] == race_tab.status_only("● starting… (a pair's first run loads it)")
-    out = dict(zip(RACE_OUTPUTS, outputs[1]))
+    assert outputs[0] == race_tab.status_only("● loading the pair (its first run)…")
+    assert all(o[-2].startswith("● loading the pair (its first run)… ") for o in outputs[1:-1])  # ticking
+    out = dict(zip(RACE_OUTPUTS, outputs[-1]))
     assert out["status"].startswith("⚠") and message in out["status"] and "Traceback" not in out["status"]
     assert all(out[name] == app_settings.KEEP for name in RACE_OUTPUTS if name != "status")  # panes stay as they were
     refused = [r for r in caplog.records if r.name == "specdemo.app"]
     assert refused and all(r.exc_info is None for r in refused)  # one line, no traceback
+
+
+def test_the_status_line_says_what_a_first_run_waits_for_and_ticks(monkeypatch):
+    list(race_tab.race(settings(max_new_tokens=2)))  # the bundled pair is loaded now
+    assert app_settings.loading_text(settings()) == "starting"
+    assert app_settings.loading_text(settings(target_id="not/loaded")) == "loading the pair (its first run)"
+    smollm2_first = settings(target_id=PRESETS["smollm2-135m"].target, dtype="float16")  # a key not loaded
+    monkeypatch.setattr(app_settings.smollm2, "needs_conversion", lambda: True)
+    assert app_settings.loading_text(smollm2_first).startswith("converting SmolLM2's GGUF once (≈ 20 s)")
+
+    def slow_prepare(s):
+        time.sleep(1.6)
+        return app_settings.prepare(s)
+
+    monkeypatch.setattr(race_tab, "prepare", slow_prepare)
+    statuses = [o[-2] for o in race_tab.race(settings(max_new_tokens=2))]
+    assert statuses[0] == "● starting…" and statuses[-1].startswith("✓ done")
+    ticks = [t for t in statuses if re.fullmatch(r"● starting… \d+ s", t)]
+    seconds = [int(t.split()[-2]) for t in ticks]
+    assert len(ticks) >= 2 and seconds == sorted(seconds) and seconds[-1] >= 1
 
 
 def test_an_unexpected_error_inside_the_model_is_a_status_line(monkeypatch, caplog):

@@ -117,6 +117,24 @@ def test_first_screen_is_the_race(page):
     no_error_badge(page)
 
 
+# Each glyph's width in the page's font, and in the fallback alone: equal means the font lacks it.
+MISSING_GLYPHS = """async ([font, fallback]) => {
+    await document.fonts.load(font, 'AB');
+    const ctx = document.createElement('canvas').getContext('2d');
+    const width = (f, c) => { ctx.font = f; return ctx.measureText(c).width; };
+    return [...'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789γατ×']
+        .filter(c => width(font, c) === width(fallback, c));
+}"""
+
+
+@pytest.mark.parametrize("weight", ["400", "600"])
+def test_headings_and_text_have_every_letter_in_the_web_font(page, weight):
+    """Gradio 6.31 ships a subset SemiBold (the "B" of "Baseline" fell back): app.css replaces it."""
+    font = f'{weight} 16px "Source Sans Pro", monospace'
+    missing = page.evaluate(MISSING_GLYPHS, [font, f"{weight} 16px monospace"])
+    assert missing == [], missing
+
+
 def test_the_seed_prompt_races_and_rendering_keeps_up(page):
     page.locator("#prompt textarea").fill(SEED_PROMPT)
     run_race(page, 16)  # the first run loads the pair

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 from specdemo.app.live import LiveRace
@@ -13,9 +14,11 @@ from specdemo.app.sessions import (
 )
 from specdemo.app.settings import (
     KEEP,
+    Prepared,
     Settings,
     decoder,
     friendly,
+    loading_text,
     prepare,
 )
 from specdemo.decoding.steps import SUFFIX_METHODS
@@ -99,11 +102,13 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
     next step with everything shown; closing the generator (Gradio does when the browser goes
     away) stops it too."""
     clear_stop(session)
-    yield status_only("● starting… (a pair's first run loads it)")
-    try:
-        prep = prepare(s)
-    except Exception as error:
-        yield failure(friendly(error))
+    prep = None
+    for item in prepared(s):  # status lines while the pair loads, then the pair (or a failure line)
+        if isinstance(item, Prepared):
+            prep = item
+        else:
+            yield item
+    if prep is None:
         return
     decode = decoder(prep.pair.tokenizer)
     settings = asdict(s)
@@ -137,6 +142,24 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
     finally:
         live.close()
         clear_stop(session)
+
+
+def prepared(s: Settings) -> Iterator:
+    """``prepare`` on a worker thread, yielding a status line every half second while it loads (a
+    first run converts or loads models for seconds), then the Prepared, or a failure line."""
+    what, started = loading_text(s), time.perf_counter()
+    yield status_only(f"● {what}…")
+    with ThreadPoolExecutor(1, thread_name_prefix="prepare") as pool:
+        job = pool.submit(prepare, s)
+        while True:
+            try:
+                yield job.result(timeout=0.5)
+                return
+            except TimeoutError:
+                yield status_only(f"● {what}… {time.perf_counter() - started:.0f} s")
+            except Exception as error:
+                yield failure(friendly(error))
+                return
 
 
 def remember_answer(outputs: tuple) -> None:

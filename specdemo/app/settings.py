@@ -15,6 +15,7 @@ from specdemo.decoding.steps import MODEL_FREE, validate_config
 from specdemo.decoding.tree import TreeConfig, validate_tree
 from specdemo.errors import InputError, SpecDemoError
 from specdemo.models import (
+    DEFAULT_CACHE,
     PRESETS,
     LoadOptions,
     check_prompt,
@@ -23,6 +24,7 @@ from specdemo.models import (
     encode_prompt,
     load_pair,
     lowercases,
+    smollm2,
     vllm,
 )
 
@@ -181,6 +183,24 @@ class Prepared:
     note: str  # said in the status line ("" when nothing to say)
 
 
+def load_options(s: Settings) -> LoadOptions:
+    return LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")
+
+
+def loading_text(s: Settings) -> str:
+    """What the race waits for before its first step, said on the status line."""
+    target_id, draft_id = (s.target_id or "").strip(), (s.draft_id or "").strip()
+    options = load_options(s)
+    loaded = (target_id, options) in DEFAULT_CACHE and (
+        s.method in (*MODEL_FREE, "vllm") or not draft_id or (draft_id, draft_options_for(options)) in DEFAULT_CACHE
+    )
+    if loaded:
+        return "starting"
+    if target_id == smollm2.HUB_ID and smollm2.needs_conversion():
+        return "converting SmolLM2's GGUF once (≈ 20 s), then loading the pair"
+    return "loading the pair (its first run)"
+
+
 def prepare(s: Settings) -> Prepared:
     """Settings → the pair, prompt ids and DecodeConfig; raises SpecDemoError with a clear message."""
     problem = find_problem(s)  # bad numbers fail before anything loads
@@ -194,7 +214,7 @@ def prepare(s: Settings) -> Prepared:
         raise InputError(
             "this method needs a draft model: type one under Advanced, or use prompt lookup or suffix decoding"
         )
-    options = LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")
+    options = load_options(s)
     draft_vocab = whole(s.draft_vocab or 0, "draft_vocab")
     draft_id = draft_id if needs_draft else None
     # all model work runs on the one model thread (model_thread.py says why)

@@ -117,6 +117,13 @@ def resolve_target() -> str:
     return str(convert_gguf(gguf, folder))
 
 
+def needs_conversion() -> bool:
+    """Whether the next ``resolve_target`` converts the wheel's GGUF first (≈ 20 s, once)."""
+    if local_override() or hub_snapshot() is not None or is_complete(converted_folder()):
+        return False
+    return wheel_gguf() is not None
+
+
 def available() -> bool:
     """Whether the target can be had without the network (without converting anything yet)."""
     if is_complete(converted_folder()) or hub_snapshot() is not None:
