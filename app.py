@@ -334,7 +334,14 @@ def build_demo() -> gr.Blocks:
         )
 
         bench_inputs = settings | dict(gammas=bench_gammas, repeats=bench_repeats, with_transformers=bench_hf)
-        bench_btn.click(benchmark, inputs_kwargs=bench_inputs, outputs=[bench_plot, bench_table], **model_event)
+        # one progress bar per long job, on its figure (not one on every output)
+        bench_btn.click(
+            benchmark,
+            inputs_kwargs=bench_inputs,
+            outputs=[bench_plot, bench_table],
+            show_progress_on=bench_plot,
+            **model_event,
+        )
         theory_inputs = [alpha, theory_gamma, cost, last_trace]
         for control in (alpha, theory_gamma, cost):
             control.change(tabs.theory, theory_inputs, theory_plot, api_visibility="private")
@@ -343,13 +350,20 @@ def build_demo() -> gr.Blocks:
         )
         demo.load(tabs.theory, theory_inputs, theory_plot, api_visibility="private")
         check_inputs = settings | dict(samples=check_samples, k=check_k, check_temperature=check_temperature)
-        check_btn.click(lossless, inputs_kwargs=check_inputs, outputs=[check_plot, check_text], **model_event)
+        check_btn.click(
+            lossless,
+            inputs_kwargs=check_inputs,
+            outputs=[check_plot, check_text],
+            show_progress_on=check_plot,
+            **model_event,
+        )
         gr.api(compare_api, api_name="compare", concurrency_id="models")
         methods_inputs = settings | dict(max_new_tokens=methods_tokens)
         methods_btn.click(
             methods_remeasure,
             inputs_kwargs=methods_inputs,
             outputs=[methods_plot, methods_table, zoo_plot],
+            show_progress_on=methods_plot,
             **model_event,
         )
         preset.change(tabs.methods_view, preset, methods_out, api_visibility="private")

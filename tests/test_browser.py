@@ -117,6 +117,8 @@ def test_first_screen_is_the_race(page):
     no_error_badge(page)
 
 
+VISIBLE = "(selector) => [...document.querySelectorAll(selector)].filter(e => e.offsetParent !== null).length"
+
 # Each glyph's width in the page's font, and in the fallback alone: equal means the font lacks it.
 MISSING_GLYPHS = """async ([font, fallback]) => {
     await document.fonts.load(font, 'AB');
@@ -251,6 +253,9 @@ def test_step_inspector_theory_benchmark_and_check_tabs(page):
     page.get_by_role("tab", name="Benchmark").click()
     page.get_by_label("γ values").fill("2")
     page.get_by_role("button", name="Run the γ sweep on this prompt").click()
+    page.locator(".progress-text").first.wait_for(timeout=60_000)
+    shown = page.evaluate(VISIBLE, ".progress-text")
+    assert shown == 1, f"{shown} progress indicators while the sweep runs (one, on its figure)"
     page.get_by_text("specdemo-speculative").first.wait_for(timeout=300_000)
     no_error_badge(page)
 
