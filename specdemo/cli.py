@@ -271,7 +271,8 @@ def bench_prompts(path) -> list[str]:
     return prompts
 
 
-TASK_METHODS = ("draft", "feature", "prompt-lookup", "suffix", "suffix-tree", "hybrid")
+TASK_METHODS = ("draft", "feature", "self-int8", "prompt-lookup", "suffix", "suffix-tree", "hybrid")
+SELF_DRAFT_GAMMA = 2  # the target in int8 drafts for itself: right almost always, but it costs ≈ 0.7 of a step
 
 
 def cmd_tasks(args) -> None:
@@ -297,6 +298,13 @@ def cmd_tasks(args) -> None:
             drafters[m] = (None, suffix.DEFAULT_GAMMA, m)
         elif m == "hybrid":
             drafters[m] = (pair.draft, suffix.DEFAULT_GAMMA, m)
+        elif m == "self-int8":  # no training: the same weights with int8 arithmetic propose, fp32 verifies
+            own = replace(preset.target_options, quantization="int8-cpu")
+            drafters[m] = (
+                load_pair(pair.target_id, pair.target_id, preset.target_options, own).draft,
+                SELF_DRAFT_GAMMA,
+                "draft",
+            )
         else:
             feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
             drafters[m] = (feature.draft, PRESETS.get("smollm2-135m-feature", preset).gamma, "draft")

@@ -148,7 +148,7 @@ def test_bench_tasks_prints_methods_by_task_and_marks_the_best(tmp_path):
     out = tmp_path / "tasks.json"
     r = subprocess.run(
         [sys.executable, "-m", "specdemo", "bench", "--tasks", "--preset", "bundled-tinystories"]
-        + ["--task-names", "story,chat", "--methods", "draft,prompt-lookup", "--max-new-tokens", "8"]
+        + ["--task-names", "story,chat", "--methods", "draft,prompt-lookup,self-int8", "--max-new-tokens", "8"]
         + ["--json", "--out", str(out)],
         capture_output=True,
         text=True,
@@ -158,8 +158,11 @@ def test_bench_tasks_prints_methods_by_task_and_marks_the_best(tmp_path):
     result = json.loads(r.stdout)
     assert json.loads(out.read_text()) == result
     assert {(row["task"], row["method"]) for row in result["rows"]} == {
-        (t, m) for t in ("story", "chat") for m in ("draft", "prompt-lookup")
+        (t, m) for t in ("story", "chat") for m in ("draft", "prompt-lookup", "self-int8")
     }
+    # the target drafting for itself in int8: the same weights, right more often than the trained draft
+    alpha = {(row["task"], row["method"]): row["alpha"] for row in result["rows"]}
+    assert all(alpha[(t, "self-int8")] > max(0.6, alpha[(t, "draft")]) for t in ("story", "chat"))
     for task, best in result["best"].items():
         rows = [row for row in result["rows"] if row["task"] == task]
         assert best == max(rows, key=lambda row: row["speedup"])["method"]
