@@ -157,6 +157,8 @@ def test_the_status_line_says_what_a_first_run_waits_for_and_ticks(monkeypatch):
     smollm2_first = settings(target_id=PRESETS["smollm2-135m"].target, dtype="float16")  # a key not loaded
     monkeypatch.setattr(app_settings.smollm2, "needs_conversion", lambda: True)
     assert app_settings.loading_text(smollm2_first).startswith("converting SmolLM2's GGUF once (≈ 20 s)")
+    monkeypatch.setitem(app_settings.smollm2.converting, "stages_done", 1)  # what convert_gguf reports
+    assert "(≈ 20 s, 33% done)" in app_settings.loading_text(smollm2_first)
 
     def slow_prepare(s):
         time.sleep(1.6)

@@ -3,6 +3,7 @@ Playwright): the app as `python app.py` starts it, the seed prompt through every
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -31,15 +32,15 @@ playwright = pytest.importorskip("playwright.sync_api")
 REAL_MODEL = smollm2_ready()  # CI installs it: then the default pair is SmolLM2 + its draft
 
 
-@pytest.fixture(scope="module")
-def app_server():
-    """`python app.py` with the default preset, as the README's run command starts it."""
-    ARTIFACTS.mkdir(exist_ok=True)
+@contextlib.contextmanager
+def serve(log_path: Path, **env_changes):
+    """`python app.py` with the default preset, as the README's run command starts it → its URL."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "SPECDEMO_PRESET"} | {"GRADIO_SERVER_PORT": str(port)}
-    log_path = ARTIFACTS / "browser-server.log"
     with open(log_path, "w") as log:
-        server = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [sys.executable, "app.py"], cwd=ROOT, env=env | env_changes, stdout=log, stderr=subprocess.STDOUT
+        )
     url = f"http://127.0.0.1:{port}/"
     try:
         for _ in range(240):
@@ -49,15 +50,14 @@ def app_server():
             except OSError:
                 assert server.poll() is None, log_path.read_text()
                 time.sleep(0.5)
-        yield url, log_path
+        yield url
     finally:
         server.terminate()
         server.wait(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def page(app_server):
-    url, _ = app_server
+@contextlib.contextmanager
+def browser_page(url):
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1366, "height": 768})
@@ -67,6 +67,21 @@ def page(app_server):
         page.locator("#run-btn").wait_for(timeout=60_000)
         yield page
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def app_server():
+    ARTIFACTS.mkdir(exist_ok=True)
+    log_path = ARTIFACTS / "browser-server.log"
+    with serve(log_path) as url:
+        yield url, log_path
+
+
+@pytest.fixture(scope="module")
+def page(app_server):
+    url, _ = app_server
+    with browser_page(url) as page:
+        yield page
 
 
 def no_error_badge(page):
@@ -135,6 +150,21 @@ def test_headings_and_text_have_every_letter_in_the_web_font(page, weight):
     font = f'{weight} 16px "Source Sans Pro", monospace'
     missing = page.evaluate(MISSING_GLYPHS, [font, f"{weight} 16px monospace"])
     assert missing == [], missing
+
+
+@pytest.mark.skipif(not REAL_MODEL, reason="the wheel's SmolLM2 GGUF is not installed")
+def test_a_first_run_says_it_converts_the_gguf_and_how_far_it_is(tmp_path):
+    """A fresh cache folder: the first Run converts SmolLM2's GGUF (≈ 20 s), said and counted on
+    the status line while it happens, with the progress bar in the server's log."""
+    log_path = ARTIFACTS / "browser-first-run-server.log"
+    with serve(log_path, SPECDEMO_CACHE_DIR=str(tmp_path)) as url, browser_page(url) as page:
+        set_number(page, "Max new tokens", 8)
+        page.locator("#run-btn").click()
+        page.wait_for_function(f"() => /converting SmolLM2's GGUF once .*\\d+ s$/.test({STATUS_TEXT})", timeout=60_000)
+        page.screenshot(path=str(ARTIFACTS / "browser-first-run.png"))
+        page.wait_for_function(f"() => /✓|⚠/.test({STATUS_TEXT})", timeout=300_000)
+        assert "✓ done" in status(page)
+    assert "SmolLM2: converting the GGUF once" in log_path.read_text()
 
 
 def test_the_seed_prompt_races_and_rendering_keeps_up(page):

@@ -147,8 +147,8 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
 def prepared(s: Settings) -> Iterator:
     """``prepare`` on a worker thread, yielding a status line every half second while it loads (a
     first run converts or loads models for seconds), then the Prepared, or a failure line."""
-    what, started = loading_text(s), time.perf_counter()
-    yield status_only(f"● {what}…")
+    started = time.perf_counter()
+    yield status_only(f"● {loading_text(s)}…")
     with ThreadPoolExecutor(1, thread_name_prefix="prepare") as pool:
         job = pool.submit(prepare, s)
         while True:
@@ -156,7 +156,8 @@ def prepared(s: Settings) -> Iterator:
                 yield job.result(timeout=0.5)
                 return
             except TimeoutError:
-                yield status_only(f"● {what}… {time.perf_counter() - started:.0f} s")
+                # said again each time: a conversion reports its stages, then the pair loads
+                yield status_only(f"● {loading_text(s)}… {time.perf_counter() - started:.0f} s")
             except Exception as error:
                 yield failure(friendly(error))
                 return

@@ -197,7 +197,9 @@ def loading_text(s: Settings) -> str:
     if loaded:
         return "starting"
     if target_id == smollm2.HUB_ID and smollm2.needs_conversion():
-        return "converting SmolLM2's GGUF once (≈ 20 s), then loading the pair"
+        done = smollm2.converting["stages_done"]
+        stage = f", {done / smollm2.CONVERSION_STAGES:.0%} done" if done is not None else ""
+        return f"converting SmolLM2's GGUF once (≈ 20 s{stage}), then loading the pair"
     return "loading the pair (its first run)"
 
 

@@ -58,6 +58,10 @@ def is_complete(folder: Path) -> bool:
     return (folder / "config.json").exists() and any(folder.glob("*.safetensors"))
 
 
+CONVERSION_STAGES = 3  # read the tokenizer, read the GGUF, write the checkpoint
+converting = {"stages_done": None}  # while a conversion runs in this process: how far it is (the app shows it)
+
+
 def convert_gguf(gguf: Path, out: Path) -> Path:
     """Dequantize the GGUF into an fp32 safetensors checkpoint (+ tokenizer) in ``out``.
 
@@ -69,11 +73,18 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
 
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    with tqdm(total=3, desc="SmolLM2: converting the GGUF once (≈ 20 s)", unit="stage") as bar:
+    bar = tqdm(total=CONVERSION_STAGES, desc="SmolLM2: converting the GGUF once (≈ 20 s)", unit="stage")
+
+    def stage_done() -> None:
+        bar.update()
+        converting["stages_done"] = bar.n
+
+    converting["stages_done"] = 0
+    try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        bar.update()
+        stage_done()
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-        bar.update()
+        stage_done()
         # transformers refuses to save a GGUF-loaded model: copy its (dequantized) weights into a
         # plain model of the same config, without the GGUF's quantization entry.
         config = loaded.config
@@ -84,7 +95,10 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
         model.generation_config = loaded.generation_config
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        bar.update()
+        stage_done()
+    finally:
+        bar.close()
+        converting["stages_done"] = None
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
