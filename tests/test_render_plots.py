@@ -142,6 +142,8 @@ def test_the_drafter_zoo_puts_each_method_over_leviathans_contours():
     assert contour.z[0][j] == pytest.approx(1.0)  # α = 0: one token per step, no gain
     lookup = next(p for p in points if p.name == "prompt-lookup")
     assert max(lookup.x) < 0.01  # prompt lookup costs (almost) nothing to propose
+    itself = next(p for p in points if p.name == "self-int8")  # the target in int8: right, but dear
+    assert min(itself.y) > 0.9 and min(itself.x) > 0.5 and max(contour.x) > max(itself.x)
     go.Figure(figure)  # plotly validates the whole figure
 
 

@@ -390,7 +390,7 @@ def zoo_figure(result: dict, gamma: int | None = None, current: dict | None = No
         name=f"predicted × at γ = {gamma}",
     )
     fig = go.Figure(contours)
-    symbols = ["circle", "square", "diamond", "triangle-up", "x"]
+    symbols = ["circle", "square", "diamond", "triangle-up", "x", "cross", "pentagon"]
     for i, method in enumerate(dict.fromkeys(r["method"] for r in result["rows"])):
         rows = [r for r in result["rows"] if r["method"] == method and r.get("alpha") is not None]
         fig.add_trace(
