@@ -37,11 +37,13 @@ def tried_row(trace: dict) -> dict:
 
 def keep_try(tries: list[dict] | None, trace: dict | None) -> list[dict]:
     """Add the last race to this prompt's list (a new prompt or pair starts a new list; a race
-    that failed before its first step adds nothing)."""
+    that failed before its first step adds nothing: the last trace is still the earlier race's)."""
     tries = list(tries or [])
     if not isinstance(trace, dict) or not trace.get("contender"):
         return tries
     row = tried_row(trace)
+    if tries and tries[-1] == row:
+        return tries
     if tries and tries[-1]["on"] != row["on"]:
         tries = []
     return [*tries, row]
