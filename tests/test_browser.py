@@ -56,17 +56,26 @@ def serve(log_path: Path, **env_changes):
         server.wait(timeout=30)
 
 
-@contextlib.contextmanager
-def browser_page(url):
+@pytest.fixture(scope="module")
+def browser():
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1366, "height": 768})
-        page.dialogs = []
-        page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
-        page.goto(url)
-        page.locator("#run-btn").wait_for(timeout=60_000)
-        yield page
+        yield browser
         browser.close()
+
+
+@contextlib.contextmanager
+def open_page(browser, url):
+    """A 1366×768 tab on ``url``, its dialogs recorded and dismissed, once the app is up."""
+    page = browser.new_page(viewport={"width": 1366, "height": 768})
+    page.dialogs = []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    page.goto(url)
+    page.locator("#run-btn").wait_for(timeout=60_000)
+    try:
+        yield page
+    finally:
+        page.close()
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +87,9 @@ def app_server():
 
 
 @pytest.fixture(scope="module")
-def page(app_server):
+def page(app_server, browser):
     url, _ = app_server
-    with browser_page(url) as page:
+    with open_page(browser, url) as page:
         yield page
 
 
@@ -153,11 +162,11 @@ def test_headings_and_text_have_every_letter_in_the_web_font(page, weight):
 
 
 @pytest.mark.skipif(not REAL_MODEL, reason="the wheel's SmolLM2 GGUF is not installed")
-def test_a_first_run_says_it_converts_the_gguf_and_how_far_it_is(tmp_path):
+def test_a_first_run_says_it_converts_the_gguf_and_how_far_it_is(browser, tmp_path):
     """A fresh cache folder: the first Run converts SmolLM2's GGUF (≈ 20 s), said and counted on
     the status line while it happens, with the progress bar in the server's log."""
     log_path = ARTIFACTS / "browser-first-run-server.log"
-    with serve(log_path, SPECDEMO_CACHE_DIR=str(tmp_path)) as url, browser_page(url) as page:
+    with serve(log_path, SPECDEMO_CACHE_DIR=str(tmp_path)) as url, open_page(browser, url) as page:
         set_number(page, "Max new tokens", 8)
         page.locator("#run-btn").click()
         page.wait_for_function(f"() => /converting SmolLM2's GGUF once .*\\d+ s$/.test({STATUS_TEXT})", timeout=60_000)
