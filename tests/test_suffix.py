@@ -65,6 +65,26 @@ def test_a_store_of_wrong_answers_changes_nothing_but_the_speed(llama_pair):
     assert any(s.drafted and s.accepted < len(s.drafted) for s in run.steps)  # proposals were rejected
 
 
+@pytest.mark.parametrize("method", ["suffix", "suffix-tree", "hybrid"])
+def test_an_answer_from_another_vocabulary_is_never_proposed_past_its_first_unknown_id(llama_pair, method):
+    """The store is shared by every pair of the process: an answer written with a larger vocabulary
+    (ids this target does not have) must not reach the target's embedding."""
+    target, draft = llama_pair
+    vocab = target.config.vocab_size
+    prompt = [1, 2, 3, 4, 6, 8, 10]  # nothing repeats in it: the first proposal comes from the store
+    expected = greedy(target, prompt)
+    store = SuffixStore()
+    drafter = SuffixDrafter(store)
+    drafter.follow(prompt)
+    drafter.follow(prompt + expected[:1] + [vocab + 5, vocab + 6] + expected[1:])
+    drafter.close()
+    cfg = DecodeConfig(max_new_tokens=40, gamma=8, method=method)
+    run = run_all(decode_steps(target, draft, prompt, cfg, eos_ids(target), store=store))
+    assert run.token_ids == expected
+    drafted = [t for step in run.steps for t in step.drafted]
+    assert drafted and all(t < vocab for t in drafted)  # the answer's known part is still drafted
+
+
 def test_the_second_pass_of_a_question_is_proposed_whole(llama_pair):
     target, _ = llama_pair
     store = SuffixStore()

@@ -108,7 +108,7 @@ def make_drafter(config: DecodeConfig, draft_model, target: CachedLM, store: Suf
         return PromptLookupDrafter(config.max_ngram)
     store = (store or shared_store()) if config.method in SUFFIX_METHODS else None
     if config.method == "suffix":
-        return SuffixDrafter(store, config.suffix)
+        return SuffixDrafter(store, config.suffix, target.vocab_size)
     if draft_model is None:
         raise InputError(f"the {config.method} method needs a draft model (or use method prompt-lookup or suffix)")
     if isinstance(draft_model, FeatureHead):
@@ -116,7 +116,7 @@ def make_drafter(config: DecodeConfig, draft_model, target: CachedLM, store: Suf
     else:
         model = ModelDrafter(draft_model, target.vocab_size, config.min_confidence)
     if config.method == "hybrid":
-        return HybridDrafter(SuffixDrafter(store, config.suffix), model, config.suffix)
+        return HybridDrafter(SuffixDrafter(store, config.suffix, target.vocab_size), model, config.suffix)
     return model
 
 

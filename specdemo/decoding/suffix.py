@@ -151,9 +151,12 @@ class SuffixDrafter:
 
     name = "suffix"
 
-    def __init__(self, store: SuffixStore, config: SuffixConfig = SuffixConfig()):
+    def __init__(self, store: SuffixStore, config: SuffixConfig = SuffixConfig(), vocab_size: int | None = None):
         self.store = store
         self.config = config
+        # the store is shared by every pair this process runs: an answer written with another
+        # tokenizer may hold ids this target does not have (proposals stop before them)
+        self.vocab_size = vocab_size
         self.cache = None  # the store's tree this request was started on
         self.request = None
         self.prompt_length = 0
@@ -192,8 +195,15 @@ class SuffixDrafter:
             self.follow(tokens)
             return Draft()
         found = self.speculate(tokens, n)
-        ids = list(found.token_ids)[:n]
+        ids = self.known(list(found.token_ids)[:n])
         return Draft(ids, source=self.source(tokens, ids, found.match_len)) if ids else Draft()
+
+    def known(self, ids: list[int]) -> list[int]:
+        """``ids`` up to the first one outside the target's vocabulary."""
+        if self.vocab_size is None:
+            return ids
+        bad = next((i for i, t in enumerate(ids) if not 0 <= t < self.vocab_size), len(ids))
+        return ids[:bad]
 
     def source(self, tokens: list[int], ids: list[int], match_len: int) -> dict:
         """Where the proposal was seen: in this prompt, this answer, or an earlier answer, with

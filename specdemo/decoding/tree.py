@@ -177,8 +177,11 @@ class SuffixTreeDrafter:
             self.suffix.follow(tokens)
             return tree
         found = self.suffix.speculate(tokens, budget, tree=True)
-        for token, parent in list(zip(found.token_ids, found.parents))[:budget]:
-            tree.add(int(token), int(parent), 1.0)  # q(x) = 1 for each candidate under its parent
+        kept = {-1: -1}  # the tree's node index of each kept candidate (by its index in ``found``)
+        for i, (token, parent) in enumerate(list(zip(found.token_ids, found.parents))[:budget]):
+            if int(parent) in kept and self.suffix.known([int(token)]):  # (not under a dropped one)
+                kept[i] = len(tree.tokens)
+                tree.add(int(token), kept[int(parent)], 1.0)  # q(x) = 1 for each candidate under its parent
         return tree
 
     def close(self) -> None:
@@ -292,7 +295,7 @@ def tree_steps(
     check_tree_attention(target_model)
     target = CachedLM(target_model)
     if from_suffix:  # the node budget is γ, as for a chain
-        drafter = SuffixTreeDrafter(SuffixDrafter(store or shared_store(), config.suffix))
+        drafter = SuffixTreeDrafter(SuffixDrafter(store or shared_store(), config.suffix, target.vocab_size))
         nodes = config.gamma
     else:
         check_tree_attention(draft_model)
