@@ -183,6 +183,10 @@ class Prepared:
     note: str  # said in the status line ("" when nothing to say)
 
 
+def needs_draft(s: Settings) -> bool:
+    return s.method not in (*MODEL_FREE, "vllm")  # model-free methods propose without one; vLLM: the servers draft
+
+
 def load_options(s: Settings) -> LoadOptions:
     return LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")
 
@@ -192,7 +196,7 @@ def loading_text(s: Settings) -> str:
     target_id, draft_id = (s.target_id or "").strip(), (s.draft_id or "").strip()
     options = load_options(s)
     loaded = (target_id, options) in DEFAULT_CACHE and (
-        s.method in (*MODEL_FREE, "vllm") or not draft_id or (draft_id, draft_options_for(options)) in DEFAULT_CACHE
+        not needs_draft(s) or not draft_id or (draft_id, draft_options_for(options)) in DEFAULT_CACHE
     )
     if loaded:
         return "starting"
@@ -211,14 +215,13 @@ def prepare(s: Settings) -> Prepared:
     target_id, draft_id = (s.target_id or "").strip(), (s.draft_id or "").strip()
     if not target_id:
         raise InputError("no target model: pick a preset or type a model id under Advanced", field="target_id")
-    needs_draft = s.method not in (*MODEL_FREE, "vllm")  # vLLM: the servers draft
-    if needs_draft and not draft_id:
+    if needs_draft(s) and not draft_id:
         raise InputError(
             "this method needs a draft model: type one under Advanced, or use prompt lookup or suffix decoding"
         )
     options = load_options(s)
     draft_vocab = whole(s.draft_vocab or 0, "draft_vocab")
-    draft_id = draft_id if needs_draft else None
+    draft_id = draft_id if needs_draft(s) else None
     # all model work runs on the one model thread (model_thread.py says why)
     pair = model_thread.call(
         load_pair, target_id, draft_id, options, draft_options_for(options), draft_vocab=draft_vocab
