@@ -111,6 +111,48 @@ def test_a_baseline_stream_is_one_target_token_per_step():
     assert all(s.accepted == 0 and s.bonus == s.emitted[0] and s.correction is None for s in steps)
 
 
+def test_a_missed_counters_poll_mid_race_is_skipped_and_the_last_read_must_answer(monkeypatch):
+    """The stream, not a half-second /metrics poll, says whether a server is gone: a poll that
+    fails mid-race is skipped (the race finishes); the read after the race still must answer."""
+    from types import SimpleNamespace
+
+    from specdemo.app import live
+    from specdemo.decoding.engine import DecodeConfig
+
+    rec = recorded_stream()
+    k = rec["num_speculative_tokens"]
+    monkeypatch.setattr(live, "COUNTERS_EVERY_S", 0.0)  # a poll after every step
+
+    def race_steps(answers):
+        polls = iter(answers)
+
+        def counters():
+            answer = next(polls)
+            if answer is None:
+                raise vllm.BackendError("vLLM at http://x gave no /metrics (reset)")
+            return vllm.SpecCounters(present=True, drafts=1, draft_tokens=k, accepted_tokens=answer)
+
+        def streams(*args, **kwargs):
+            def steps(tokens):
+                return vllm.delta_steps(iter((ids, 0.01) for ids in rec["deltas"]), tokens)
+
+            return steps(0), steps(k), counters
+
+        return streams
+
+    pair = SimpleNamespace(eos=set())
+    urls = {"baseline": "http://a", "speculative": "http://b"}
+    polls = 2 * len(rec["deltas"])  # one per step of either side, then one after the race
+    monkeypatch.setattr(vllm, "race_steps", race_steps([None, 2] + [None] * (polls - 2) + [3]))
+    states = list(live.vllm_race(pair, [1, 2], DecodeConfig(max_new_tokens=8), lambda: False, urls))
+    assert states[-1].done and states[-1].server_counters["acceptance_rate"] == pytest.approx(3 / k)
+    assert len(states[-1].contender) == len(rec["deltas"])
+
+    monkeypatch.setattr(vllm, "race_steps", race_steps([2] * polls + [None]))  # control: the last read fails
+    with pytest.raises(vllm.BackendError, match="gave no /metrics"):
+        list(live.vllm_race(pair, [1, 2], DecodeConfig(max_new_tokens=8), lambda: False, urls))
+
+
 def test_the_apps_url_fields_win_over_the_environment(monkeypatch):
     from specdemo.app.settings import Settings
 

@@ -57,8 +57,13 @@ def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, st
     )
     state = RaceState("vllm", True, dtype="float32")
 
-    def read_counters():  # the live acceptance: vLLM's counters so far (about twice a second)
-        delta = counters()
+    def read_counters(mid_race: bool = False):  # the live acceptance: vLLM's counters so far
+        try:
+            delta = counters()
+        except vllm.BackendError:
+            if mid_race:  # a missed poll: the stream, read next, says whether the server is gone
+                return
+            raise
         state.server_counters = {
             "acceptance_rate": delta.acceptance_rate,
             "alpha_per_position": delta.alpha_per_position,
@@ -71,7 +76,7 @@ def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, st
         (state.baseline if side == "baseline" else state.contender).append(step)
         if time.perf_counter() - last >= COUNTERS_EVERY_S:
             last = time.perf_counter()
-            read_counters()
+            read_counters(mid_race=True)
         yield state
     read_counters()
     state.done = True
