@@ -32,10 +32,10 @@ def perturbed(model, scale: float, seed: int):
     return draft.eval()
 
 
-def llama(layers: int, seed: int):
+def llama(layers: int, seed: int, vocab: int = VOCAB):
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=layers,
@@ -43,7 +43,7 @@ def llama(layers: int, seed: int):
         num_key_value_heads=2,
         max_position_embeddings=256,
         initializer_range=0.3,
-        eos_token_id=VOCAB - 1,
+        eos_token_id=vocab - 1,
         bos_token_id=0,
         pad_token_id=0,
     )

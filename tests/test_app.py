@@ -485,4 +485,4 @@ def test_trying_another_method_keeps_every_race_on_the_prompt():
     assert [t["method"] for t in tries.keep_try(kept, other)] == ["draft"]
     assert tries.keep_try(kept, None) == kept
     assert tries.keep_try(kept, second) == kept  # a failed race leaves the last trace as it was: not kept twice
-    suffix.shared_store().reset()  # the suffix race filed its answer in the process's store
+    tabs.forget_answers()  # the suffix race filed its answer in the process's store

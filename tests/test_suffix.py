@@ -7,7 +7,15 @@ import torch
 
 from specdemo.decoding.engine import DecodeConfig, decode_steps, eos_ids, run_all, speculative_steps
 from specdemo.decoding.sampling import SamplingConfig
-from specdemo.decoding.suffix import SuffixConfig, SuffixDrafter, SuffixStore, available, find_span
+from specdemo.decoding.suffix import (
+    SuffixConfig,
+    SuffixDrafter,
+    SuffixStore,
+    available,
+    find_span,
+    shared_store,
+    vocabulary_of,
+)
 
 pytestmark = pytest.mark.skipif(not available(), reason="arctic-inference is not installed (see .ci/run)")
 
@@ -83,6 +91,30 @@ def test_an_answer_from_another_vocabulary_is_never_proposed_past_its_first_unkn
     assert run.token_ids == expected
     drafted = [t for step in run.steps for t in step.drafted]
     assert drafted and all(t < vocab for t in drafted)  # the answer's known part is still drafted
+
+
+def test_the_processs_stores_keep_each_vocabulary_apart(llama_pair):
+    """Without a store passed in, an answer joins the store of its target's vocabulary: the same
+    target is drafted from it next time, a target with another tokenizer never sees it."""
+    from conftest import VOCAB, llama
+
+    target, _ = llama_pair
+    other = llama(1, 3, vocab=VOCAB + 32)
+    cfg = DecodeConfig(max_new_tokens=40, gamma=8, method="suffix")
+    stores = [shared_store(vocabulary_of(m)) for m in (target, other)]
+    for store in stores:
+        store.reset()
+    try:
+        run_all(decode_steps(target, None, PROMPT, cfg, eos_ids(target)))
+        assert [store.stats()["answers"] for store in stores] == [1, 0]
+        again = run_all(decode_steps(target, None, PROMPT, cfg, eos_ids(target)))
+        assert any(s.draft_source and s.draft_source["from"] == "earlier answer" for s in again.steps)
+        elsewhere = run_all(decode_steps(other, None, PROMPT, cfg, eos_ids(other)))
+        assert not any(s.draft_source and s.draft_source["from"] == "earlier answer" for s in elsewhere.steps)
+        assert [store.stats()["answers"] for store in stores] == [2, 1]
+    finally:
+        for store in stores:
+            store.reset()
 
 
 def test_the_second_pass_of_a_question_is_proposed_whole(llama_pair):

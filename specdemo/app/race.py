@@ -22,7 +22,7 @@ from specdemo.app.settings import (
     prepare,
 )
 from specdemo.decoding.steps import SUFFIX_METHODS
-from specdemo.decoding.suffix import shared_store
+from specdemo.decoding.suffix import shared_store, vocabulary_of
 from specdemo.errors import SpecDemoError
 from specdemo.measure.race import VLLM_LEGEND, RaceState
 from specdemo.view import trace as traces
@@ -133,6 +133,7 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
             return
         state = live.snapshot()
         trace = traces.to_trace(state, settings, decode, device)
+        trace["vocabulary"] = vocabulary_of(prep.pair.target)  # whose store its answer joins (ZeroGPU)
         if live.cancelled:
             end = f"■ stopped: {token_counts(state)}"
         else:
@@ -168,7 +169,7 @@ def remember_answer(outputs: tuple) -> None:
     (from its trace, the last output) in this process's store, which the next worker starts with."""
     trace = dict(zip(RACE_OUTPUTS, outputs)).get("trace")
     if isinstance(trace, dict) and trace.get("method") in SUFFIX_METHODS:
-        shared_store().remember([t for step in trace["contender"] for t in step["emitted"]])
+        shared_store(trace.get("vocabulary", "")).remember([t for step in trace["contender"] for t in step["emitted"]])
 
 
 def token_counts(state: RaceState) -> str:

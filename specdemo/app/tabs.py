@@ -151,19 +151,20 @@ def suffix_memory() -> str:
     """What suffix decoding remembers in this process (shared by every session of the app)."""
     if not suffix.available():
         return f"Suffix decoding is not installed here. {suffix.INSTALL_HINT}."
-    stats = suffix.shared_store().stats()
-    answers = f"{stats['answers']} earlier answer" + ("" if stats["answers"] == 1 else "s")
+    stats = [store.stats() for store in suffix.shared_stores()]
+    count, tokens = sum(s["answers"] for s in stats), sum(s["tokens"] for s in stats)
+    answers = f"{count} earlier answer" + ("" if count == 1 else "s")
     return (
-        f"Suffix decoding remembers **{answers}** ({stats['tokens']} tokens, the last "
-        f"{suffix.MAX_ANSWERS} at most), shared by everyone using this server: it proposes from them "
+        f"Suffix decoding remembers **{answers}** ({tokens} tokens, the last "
+        f"{suffix.MAX_ANSWERS} per tokenizer at most), shared by everyone using this server: it proposes from them "
         "and from the prompt, so a question asked again is answered faster. Hover a drafted token to see where "
         "its proposal was seen."
     )
 
 
 def forget_answers() -> str:
-    if suffix.available():
-        suffix.shared_store().reset()
+    for store in suffix.shared_stores():
+        store.reset()
     return suffix_memory()
 
 

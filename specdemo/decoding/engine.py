@@ -40,7 +40,7 @@ from specdemo.decoding.steps import (  # noqa: F401  (re-exported: the engine's 
     validate_config,
     validate_request,
 )
-from specdemo.decoding.suffix import HybridDrafter, SuffixDrafter, SuffixStore, shared_store
+from specdemo.decoding.suffix import HybridDrafter, SuffixDrafter, SuffixStore, shared_store, vocabulary_of
 from specdemo.decoding.tree import tree_steps
 from specdemo.errors import InputError
 
@@ -106,7 +106,7 @@ def verify_draft(logits: torch.Tensor, draft: Draft, sampling: SamplingConfig, g
 def make_drafter(config: DecodeConfig, draft_model, target: CachedLM, store: SuffixStore | None = None):
     if config.method == "prompt-lookup":
         return PromptLookupDrafter(config.max_ngram)
-    store = (store or shared_store()) if config.method in SUFFIX_METHODS else None
+    store = (store or shared_store(vocabulary_of(target.model))) if config.method in SUFFIX_METHODS else None
     if config.method == "suffix":
         return SuffixDrafter(store, config.suffix, target.vocab_size)
     if draft_model is None:

@@ -134,15 +134,26 @@ def find_span(tokens, pattern: list[int]) -> int | None:
     return int(hits[-1]) if len(hits) else None
 
 
-_shared: SuffixStore | None = None
+_shared: dict[str, SuffixStore] = {}
 
 
-def shared_store() -> SuffixStore:
-    """The process's store (created on first use)."""
-    global _shared
-    if _shared is None:
-        _shared = SuffixStore()
-    return _shared
+def vocabulary_of(model) -> str:
+    """What an answer's ids mean: models with the same vocabulary (size and special ids) share a
+    tokenizer, as SmolLM2-135M and -1.7B do, and so share earlier answers; other models do not."""
+    c = model.config
+    return f"{c.vocab_size}/{c.bos_token_id}/{c.eos_token_id}"
+
+
+def shared_store(vocabulary: str = "") -> SuffixStore:
+    """The process's store for one vocabulary (``vocabulary_of``; created on first use)."""
+    if vocabulary not in _shared:
+        _shared[vocabulary] = SuffixStore()
+    return _shared[vocabulary]
+
+
+def shared_stores() -> list[SuffixStore]:
+    """Every vocabulary's store (the app shows and forgets them together)."""
+    return list(_shared.values())
 
 
 class SuffixDrafter:
@@ -154,8 +165,8 @@ class SuffixDrafter:
     def __init__(self, store: SuffixStore, config: SuffixConfig = SuffixConfig(), vocab_size: int | None = None):
         self.store = store
         self.config = config
-        # the store is shared by every pair this process runs: an answer written with another
-        # tokenizer may hold ids this target does not have (proposals stop before them)
+        # a store passed in may hold answers of another tokenizer, with ids this target does not
+        # have (proposals stop before them); the process's stores are kept per vocabulary
         self.vocab_size = vocab_size
         self.cache = None  # the store's tree this request was started on
         self.request = None

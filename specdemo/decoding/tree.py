@@ -35,7 +35,7 @@ from specdemo.decoding.steps import (
     top_two,
     validate_request,
 )
-from specdemo.decoding.suffix import SuffixDrafter, shared_store
+from specdemo.decoding.suffix import SuffixDrafter, shared_store, vocabulary_of
 from specdemo.errors import InputError, ModelLoadError
 
 
@@ -295,7 +295,9 @@ def tree_steps(
     check_tree_attention(target_model)
     target = CachedLM(target_model)
     if from_suffix:  # the node budget is γ, as for a chain
-        drafter = SuffixTreeDrafter(SuffixDrafter(store or shared_store(), config.suffix, target.vocab_size))
+        drafter = SuffixTreeDrafter(
+            SuffixDrafter(store or shared_store(vocabulary_of(target_model)), config.suffix, target.vocab_size)
+        )
         nodes = config.gamma
     else:
         check_tree_attention(draft_model)
