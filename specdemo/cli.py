@@ -141,7 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="vllm-speculative's server (default $SPECDEMO_VLLM_SPECULATIVE_URL)",
     )
     bench.add_argument("--tasks", action="store_true", help="methods × tasks on assets/prompts/tasks/ instead")
-    bench.add_argument("--methods", default="draft,prompt-lookup", help=f"--tasks: some of {', '.join(TASK_METHODS)}")
+    bench.add_argument(
+        "--methods",
+        default="draft,prompt-lookup",
+        help=f"--tasks: some of {', '.join(TASK_METHODS)}, each optionally with its γ (suffix=6)",
+    )
     bench.add_argument("--task-names", default=None, help="--tasks: a comma-separated subset of the task files")
     bench.add_argument("--out", default=None, help="--tasks: also write the table as JSON here")
     serve = sub.add_parser("serve-vllm", help="start a vLLM baseline and a vLLM speculative server for the race")
@@ -275,13 +279,30 @@ TASK_METHODS = ("draft", "feature", "self-int8", "prompt-lookup", "suffix", "suf
 SELF_DRAFT_GAMMA = 2  # the target in int8 drafts for itself: right almost always, but it costs ≈ 0.7 of a step
 
 
+def task_methods(text: str) -> dict[str, int | None]:
+    """``--methods draft,suffix=6`` → {method: its γ, or None for the method's own}."""
+    chosen: dict[str, int | None] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        method, _, gamma = item.partition("=")
+        bad_gamma = gamma and not (gamma.isdigit() and 1 <= int(gamma) <= 32)
+        if method not in TASK_METHODS or method in chosen or bad_gamma:
+            chosen = {}
+            break
+        chosen[method] = int(gamma) if gamma else None
+    if not chosen:
+        raise InputError(
+            f"--methods takes some of {', '.join(TASK_METHODS)}, each once, optionally with its γ "
+            f"(e.g. suffix=6, 1–32), got {text!r}"
+        )
+    return chosen
+
+
 def cmd_tasks(args) -> None:
     from specdemo.measure.tasks import encode_tasks, format_tasks, load_tasks, run_tasks
     from specdemo.models import SMOLLM2_FEATURE
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if not methods or set(methods) - set(TASK_METHODS):
-        raise InputError(f"--methods takes some of {', '.join(TASK_METHODS)}, got {args.methods!r}")
+    chosen = task_methods(args.methods)
+    methods = list(chosen)
     names = [t.strip() for t in args.task_names.split(",")] if args.task_names else None
     tasks = load_tasks(names=names)
     if not tasks:
@@ -308,6 +329,9 @@ def cmd_tasks(args) -> None:
         else:
             feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
             drafters[m] = (feature.draft, PRESETS.get("smollm2-135m-feature", preset).gamma, "draft")
+    for m, gamma in chosen.items():  # a γ given with the method wins over its own
+        if gamma is not None:
+            drafters[m] = (drafters[m][0], gamma, drafters[m][2])
     ids = encode_tasks(pair.tokenizer, tasks, not args.no_chat_template)
     result = run_tasks(pair.target, drafters, ids, args.max_new_tokens, pair.eos, progress=not args.json)
     result |= {"preset": args.preset, "gammas": {m: g for m, (_, g, _) in drafters.items()}}

@@ -11,6 +11,7 @@ import pytest
 
 from specdemo.measure.lossless import two_sample_pvalue
 from specdemo.measure.metrics import best_gamma, expected_tokens_per_step, predicted_speedup, theoretical_speedup
+from specdemo.models import PRESETS
 
 
 def test_paper_formulas():
@@ -148,7 +149,7 @@ def test_bench_tasks_prints_methods_by_task_and_marks_the_best(tmp_path):
     out = tmp_path / "tasks.json"
     r = subprocess.run(
         [sys.executable, "-m", "specdemo", "bench", "--tasks", "--preset", "bundled-tinystories"]
-        + ["--task-names", "story,chat", "--methods", "draft,prompt-lookup,self-int8", "--max-new-tokens", "8"]
+        + ["--task-names", "story,chat", "--methods", "draft,prompt-lookup=2,self-int8", "--max-new-tokens", "8"]
         + ["--json", "--out", str(out)],
         capture_output=True,
         text=True,
@@ -157,6 +158,9 @@ def test_bench_tasks_prints_methods_by_task_and_marks_the_best(tmp_path):
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
     assert json.loads(out.read_text()) == result
+    assert result["gammas"] == {"draft": PRESETS["bundled-tinystories"].gamma, "prompt-lookup": 2, "self-int8": 2}
+    lookup = [row for row in result["rows"] if row["method"] == "prompt-lookup"]
+    assert all(len(row["alpha_per_position"]) <= 2 for row in lookup)  # at most γ = 2 drafts a step
     assert {(row["task"], row["method"]) for row in result["rows"]} == {
         (t, m) for t in ("story", "chat") for m in ("draft", "prompt-lookup", "self-int8")
     }
@@ -166,13 +170,14 @@ def test_bench_tasks_prints_methods_by_task_and_marks_the_best(tmp_path):
     for task, best in result["best"].items():
         rows = [row for row in result["rows"] if row["task"] == task]
         assert best == max(rows, key=lambda row: row["speedup"])["method"]
-    bad = subprocess.run(
-        [sys.executable, "-m", "specdemo", "bench", "--tasks", "--methods", "magic"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert bad.returncode == 2 and "--methods" in bad.stderr
+    for methods in ("magic", "draft=0", "suffix=six", "draft,draft=2"):
+        bad = subprocess.run(
+            [sys.executable, "-m", "specdemo", "bench", "--tasks", "--methods", methods],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert bad.returncode == 2 and "--methods" in bad.stderr and "Traceback" not in bad.stderr, methods
 
 
 def test_tasks_ask_the_chat_prompts_again_and_only_suffix_decoding_remembers(llama_pair):
