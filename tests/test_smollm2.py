@@ -128,3 +128,24 @@ def test_app_runs_the_seed_prompt_on_smollm2():
     assert status.startswith("✓ done")
     assert "tok-accepted" in spec_html and ("tok-correction" in spec_html or "tok-bonus" in spec_html)
     assert "identical to baseline (float32)" in summary and "✓" in summary
+
+
+def test_the_target_asks_itself_new_instructions_for_its_training_data(pair):
+    """Magpie: fed the chat template up to the user turn, SmolLM2 writes what a user would ask.
+    Kept turns are finished, new and never a held-out prompt of the repo (``taken``)."""
+    from specdemo.recipes.distill_data import ask_instructions, held_out_prompts, user_turn_prefix, worth_asking
+
+    prefix = user_turn_prefix(pair.tokenizer)
+    assert prefix.endswith("<|im_start|>user\n") and "You are a helpful AI assistant" in prefix
+    from specdemo.measure.tasks import load_tasks
+    from specdemo.models.presets import PROMPTS
+
+    held = held_out_prompts(PROMPTS)
+    assert SEED_PROMPT.lower() in held and not worth_asking(SEED_PROMPT.upper(), held)
+    assert load_tasks()["rewrite"][0].strip().lower() in held  # the task suite's prompts too
+    assert not worth_asking("Hi there", set()) and not worth_asking("1 2 3 4", set())
+    taken = set(held)
+    asked = ask_instructions(pair.target, pair.tokenizer, 8, seed=3, taken=taken)
+    assert asked and len(set(asked)) == len(asked)
+    assert all(worth_asking(text, held) for text in asked) and {t.lower() for t in asked} <= taken
+    assert ask_instructions(pair.target, pair.tokenizer, 8, seed=3, taken=taken) == []  # the same draw: all taken

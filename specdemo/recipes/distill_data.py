@@ -11,6 +11,7 @@ an interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, replace
@@ -218,6 +219,48 @@ def write_shard(model, tokenizer, instructions: list[str], temperature: float, c
     return {"temperature": temperature, "rows": rows}
 
 
+def user_turn_prefix(tokenizer) -> str:
+    """The chat template up to where a user's words go: fed only this, a chat model writes what a
+    user would ask (Magpie, Xu et al. 2024)."""
+    marker = "\x00USER\x00"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": marker}], tokenize=False)
+    return text[: text.index(marker)]
+
+
+def worth_asking(text: str, taken: set[str]) -> bool:
+    """A user turn kept as an instruction: a few words to a few sentences, with letters, not one
+    already taken (the held-out prompts are in ``taken`` from the start)."""
+    return 3 <= len(text.split()) <= 40 and any(c.isalpha() for c in text) and text.lower() not in taken
+
+
+@torch.inference_mode()
+def ask_instructions(model, tokenizer, n: int, seed: int, taken: set[str], max_tokens: int = 40) -> list[str]:
+    """Sample ``n`` user turns from the target itself (T = 1, top-p 0.95); keep the finished ones
+    worth asking, and add them to ``taken``. A turn still going after ``max_tokens`` is dropped."""
+    prefix = tokenizer(user_turn_prefix(tokenizer), return_tensors="pt", add_special_tokens=False)["input_ids"]
+    ids = prefix.repeat(n, 1)
+    torch.manual_seed(seed)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=True,
+        temperature=1.0,
+        top_p=0.95,
+        top_k=0,
+        max_new_tokens=max_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    kept = []
+    for row in out[:, ids.shape[1] :].tolist():
+        if tokenizer.eos_token_id not in row:
+            continue
+        text = tokenizer.decode(row[: row.index(tokenizer.eos_token_id)]).strip()
+        if worth_asking(text, taken):
+            taken.add(text.lower())
+            kept.append(text)
+    return kept
+
+
 def generate_data(target_folder: str, out: Path, cfg: DataConfig, data_path: Path, threads: int = 2) -> list[Path]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -248,3 +291,56 @@ def generate_data(target_folder: str, out: Path, cfg: DataConfig, data_path: Pat
             flush=True,
         )
     return [path for path, *_ in jobs]
+
+
+def held_out_prompts(folder: Path) -> set[str]:
+    """Every prompt of the repo's prompt files, lowercased: the benches' lines (``*.txt``) and the
+    tasks' prompts and user turns (``*.jsonl``). They are never asked."""
+    prompts = {line.strip() for f in folder.rglob("*.txt") for line in f.read_text().splitlines()}
+    for f in folder.rglob("*.jsonl"):
+        for entry in map(json.loads, filter(str.strip, f.read_text().splitlines())):
+            prompts.add(entry.get("prompt", "").strip())
+            prompts |= {turn["content"].strip() for turn in entry.get("messages", []) if turn["role"] == "user"}
+    return {p.lower() for p in prompts if p}
+
+
+def generate_asked_data(
+    target_folder: str, out: Path, cfg: DataConfig, shards: int, held_out: set[str], threads: int = 2
+) -> list[Path]:
+    """``shards`` shards of instructions the target asks itself (``ask_instructions``), answered
+    three shards in four greedily (as the benches decode) and the fourth at T = 0.7. Resumable:
+    existing shards are kept, and their instructions are never asked again."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(threads)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(target_folder)
+    model = AutoModelForCausalLM.from_pretrained(target_folder, dtype=torch.float32).eval()
+    taken = set(held_out)
+    paths = [out / f"shard-ask-{i:04d}.pt" for i in range(shards)]
+    for path in filter(Path.exists, paths):
+        taken |= {text.lower() for text in torch.load(path).get("instructions", [])}
+    start, tokens = time.time(), 0
+    for i, path in enumerate(paths):
+        if path.exists():
+            continue
+        instructions: list[str] = []
+        for attempt in range(6):  # about one sampled turn in two is kept
+            if len(instructions) >= cfg.batch_size:
+                break
+            instructions += ask_instructions(
+                model, tokenizer, cfg.batch_size, cfg.seed * 1000 + 10 * i + attempt, taken
+            )
+        temperature = 0.7 if i % 4 == 3 else 0.0
+        shard = write_shard(model, tokenizer, instructions[: cfg.batch_size], temperature, cfg, cfg.seed + i)
+        shard["instructions"] = instructions[: cfg.batch_size]
+        torch.save(shard, path.with_suffix(".partial"))
+        path.with_suffix(".partial").rename(path)  # a shard cut off mid-write is never taken for a whole one
+        tokens += sum(len(r["answer"]) for r in shard["rows"])
+        elapsed = time.time() - start
+        print(
+            f"[ask] shard {i + 1}/{shards} T={temperature} {tokens} answer tokens ({tokens / elapsed:.0f} tok/s), "
+            f"e.g. {instructions[0][:60]!r}",
+            flush=True,
+        )
+    return paths

@@ -2,8 +2,10 @@
 
     python -m specdemo.recipes.feature --data ~/.cache/specdemo/data/feature-v1 --out ~/.cache/specdemo/smollm2-feature
 
-1. data: target-written answers in shards (``distill_data.py``; the recipe's own data generation,
-   resumable: ``--generate`` runs it first);
+1. data: target-written answers in shards (``distill_data.py``, resumable): ``--generate ROUNDS``
+   first answers rounds of the topic × task instructions, ``--ask SHARDS`` shards of instructions
+   the target asks itself (Magpie: fed only the chat template up to the user turn, it writes what a
+   user would ask; answered mostly greedily, as the benches decode);
 2. features: ONE parallel target forward over each stored sequence gives its hidden states at the
    head's layers (fp16: 3.5 KB a token) and the target's own next-token distribution at every
    position (from the final hidden state, over the draft's N tokens), cached per shard under
@@ -278,6 +280,22 @@ def train(head: FeatureHead, embed, items: list[dict], cfg: FeatureTrainConfig, 
     return best
 
 
+def generate(args, threads: int) -> None:
+    """The data options: the target writes its answers into ``args.data`` before training."""
+    from specdemo.models import smollm2
+    from specdemo.recipes.distill_data import DataConfig, generate_asked_data, generate_data, held_out_prompts
+    from specdemo.recipes.train import DEFAULT_DATA
+
+    if args.generate:
+        generate_data(
+            smollm2.resolve_target(), args.data, DataConfig(rounds=args.generate, seed=1), DEFAULT_DATA, threads
+        )
+    if args.ask:
+        prompts = Path(__file__).resolve().parents[2] / "assets" / "prompts"
+        cfg = DataConfig(batch_size=32, seed=9)
+        generate_asked_data(smollm2.resolve_target(), args.data, cfg, args.ask, held_out_prompts(prompts), threads)
+
+
 def main(argv=None):
     from transformers import AutoModelForCausalLM
 
@@ -289,6 +307,20 @@ def main(argv=None):
     parser.add_argument("--work", type=Path, default=smollm2.cache_dir() / "feature-work")
     parser.add_argument("--resume", action="store_true", help="continue this run from its last checkpoint")
     parser.add_argument("--warm-start", type=Path, default=None, help="start from a trained head's folder")
+    parser.add_argument(
+        "--generate",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="first answer ROUNDS rounds of the topic × task instructions into --data (resumable)",
+    )
+    parser.add_argument(
+        "--ask",
+        type=int,
+        default=0,
+        metavar="SHARDS",
+        help="first write SHARDS shards of instructions the target asks itself into --data (resumable)",
+    )
     for name, value in vars(FeatureTrainConfig()).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     args = parser.parse_args(argv)
@@ -296,6 +328,7 @@ def main(argv=None):
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     args.work.mkdir(parents=True, exist_ok=True)
+    generate(args, cfg.threads)
     target = AutoModelForCausalLM.from_pretrained(smollm2.resolve_target(), dtype=torch.float32).eval()
     for p in target.parameters():
         p.requires_grad_(False)
