@@ -261,6 +261,15 @@ def ask_instructions(model, tokenizer, n: int, seed: int, taken: set[str], max_t
     return kept
 
 
+def save_shard(shard: dict, path: Path) -> int:
+    """Write a shard whole or not at all (a run cut off mid-write leaves no shard to resume from);
+    → its answer tokens."""
+    partial = path.with_suffix(".partial")
+    torch.save(shard, partial)
+    partial.rename(path)
+    return sum(len(r["answer"]) for r in shard["rows"])
+
+
 def generate_data(target_folder: str, out: Path, cfg: DataConfig, data_path: Path, threads: int = 2) -> list[Path]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -281,9 +290,7 @@ def generate_data(target_folder: str, out: Path, cfg: DataConfig, data_path: Pat
     for k, (path, batch, temperature, seed) in enumerate(jobs):
         if path.exists():
             continue
-        shard = write_shard(model, tokenizer, batch, temperature, cfg, seed)
-        torch.save(shard, path)
-        tokens += sum(len(r["answer"]) for r in shard["rows"])
+        tokens += save_shard(write_shard(model, tokenizer, batch, temperature, cfg, seed), path)
         elapsed = time.time() - start
         print(
             f"[data] shard {k + 1}/{len(jobs)} T={temperature} {tokens} answer tokens "
@@ -334,9 +341,7 @@ def generate_asked_data(
         temperature = 0.7 if i % 4 == 3 else 0.0
         shard = write_shard(model, tokenizer, instructions[: cfg.batch_size], temperature, cfg, cfg.seed + i)
         shard["instructions"] = instructions[: cfg.batch_size]
-        torch.save(shard, path.with_suffix(".partial"))
-        path.with_suffix(".partial").rename(path)  # a shard cut off mid-write is never taken for a whole one
-        tokens += sum(len(r["answer"]) for r in shard["rows"])
+        tokens += save_shard(shard, path)
         elapsed = time.time() - start
         print(
             f"[ask] shard {i + 1}/{shards} T={temperature} {tokens} answer tokens ({tokens / elapsed:.0f} tok/s), "
