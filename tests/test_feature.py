@@ -9,7 +9,7 @@ import torch
 from conftest import llama
 from test_sampling import PROMPT, SAMPLES, TARGET, chi2_pvalue, exact_joint
 
-from specdemo.decoding import feature
+from specdemo.decoding import feature, suffix
 from specdemo.decoding.engine import DecodeConfig, decode_steps, run_all, sample_many
 from specdemo.decoding.feature import FeatureDrafter, FeatureHead, config_for, save_feature_head
 from specdemo.decoding.kv import CachedLM
@@ -70,7 +70,7 @@ def test_target_features_follow_the_cache_across_rejections(target):
     assert torch.allclose(lm.features, fresh.features, atol=1e-5)
 
 
-def drafts_match_a_fresh_drafter(target, head, prompt, steps: int = 12, gamma: int = 3) -> bool:
+def drafts_match_a_fresh_drafter(target, head, prompt, steps: int = 12, gamma: int = 3, method="draft", store=None):
     """Run the chain; before every step compare the live drafter's draft and q with a drafter
     built from scratch on the same verified tokens (fresh caches, features recomputed)."""
     from specdemo.decoding import engine
@@ -92,7 +92,8 @@ def drafts_match_a_fresh_drafter(target, head, prompt, steps: int = 12, gamma: i
 
     engine.FeatureDrafter.propose = checked
     try:
-        run_all(decode_steps(target, head, prompt, DecodeConfig(max_new_tokens=steps * 2, gamma=gamma)))
+        cfg = DecodeConfig(max_new_tokens=steps * 2, gamma=gamma, method=method)
+        run_all(decode_steps(target, head, prompt, cfg, store=store))
     finally:
         engine.FeatureDrafter.propose = original
     return all(seen) and len(seen) > 3
@@ -206,3 +207,32 @@ def test_a_deepened_head_starts_as_the_head_it_grew_from(target):
         for a, b in zip(before, after, strict=True):
             assert torch.allclose(a, b, atol=1e-5)
         assert deep.blocks[1].q.weight.abs().sum() > 0  # the new layer is a real layer, only its outputs start at 0
+
+
+@pytest.mark.skipif(not suffix.available(), reason="arctic-inference is not installed (see .ci/run)")
+def test_the_hybrid_mixes_suffix_proposals_and_the_feature_head_and_stays_exact(target):
+    """Where suffix decoding has seen the context go on it drafts, the head everywhere else; the
+    head catches up on the target features of the steps it sat out (its drafts equal a fresh one's)."""
+    head = random_head(target, seed=4)
+    prompt = [1, 5, 9, 13]
+    expected = target.generate(
+        torch.tensor([prompt]), max_new_tokens=40, do_sample=False, eos_token_id=None, pad_token_id=0
+    )[0, len(prompt) :].tolist()
+
+    def store_of_an_earlier_answer():  # it shares the first 12 tokens of this answer, then parts
+        store = suffix.SuffixStore()
+        earlier = suffix.SuffixDrafter(store)
+        earlier.follow(prompt)
+        earlier.follow(prompt + expected[:12] + [(t + 1) % 90 for t in expected[12:]])
+        earlier.close()
+        return store
+
+    cfg = DecodeConfig(max_new_tokens=40, gamma=4, method="hybrid")
+    run = run_all(decode_steps(target, head, prompt, cfg, store=store_of_an_earlier_answer()))
+    assert run.token_ids == expected
+    from_suffix = [s for s in run.steps if s.draft_source]
+    from_head = [s for s in run.steps[1:] if s.drafted and not s.draft_source]
+    assert from_suffix and from_head and max(s.accepted for s in from_suffix) >= 3
+    assert drafts_match_a_fresh_drafter(
+        target, head, prompt, gamma=4, method="hybrid", store=store_of_an_earlier_answer()
+    )
