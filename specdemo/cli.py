@@ -275,7 +275,7 @@ def bench_prompts(path) -> list[str]:
     return prompts
 
 
-TASK_METHODS = ("draft", "feature", "self-int8", "prompt-lookup", "suffix", "suffix-tree", "hybrid")
+TASK_METHODS = ("draft", "feature", "self-int8", "prompt-lookup", "suffix", "suffix-tree", "hybrid", "feature-hybrid")
 SELF_DRAFT_GAMMA = 2  # the target in int8 drafts for itself: right almost always, but it costs ≈ 0.7 of a step
 
 
@@ -326,9 +326,12 @@ def cmd_tasks(args) -> None:
                 SELF_DRAFT_GAMMA,
                 "draft",
             )
-        else:
+        else:  # the feature drafter, alone or where suffix decoding has nothing to propose
             feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
-            drafters[m] = (feature.draft, PRESETS.get("smollm2-135m-feature", preset).gamma, "draft")
+            if m == "feature":
+                drafters[m] = (feature.draft, PRESETS.get("smollm2-135m-feature", preset).gamma, "draft")
+            else:
+                drafters[m] = (feature.draft, suffix.DEFAULT_GAMMA, "hybrid")
     for m, gamma in chosen.items():  # a γ given with the method wins over its own
         if gamma is not None:
             drafters[m] = (drafters[m][0], gamma, drafters[m][2])

@@ -24,6 +24,7 @@ TASKS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "tasks"
 NAMES = {"draft": "draft model", "feature": "feature drafter", "prompt-lookup": "prompt lookup"}
 NAMES |= {"self-int8": "the target in int8 (self-draft)"}
 NAMES |= {"suffix": "suffix decoding", "suffix-tree": "suffix decoding's tree", "hybrid": "suffix + draft model"}
+NAMES |= {"feature-hybrid": "suffix + feature drafter"}
 GROUNDED = ("code-edit", "rewrite", "extract")  # tasks whose answers copy the prompt
 REPEATED = "chat-again"  # the chat prompts asked a second time: only suffix decoding remembers
 
