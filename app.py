@@ -41,7 +41,7 @@ from specdemo.app.settings import (
     preset_fields,
 )
 from specdemo.models import vllm
-from specdemo.view.render import legend_html
+from specdemo.view.render import legend_html, pane_titles
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 
@@ -219,11 +219,12 @@ def build_demo() -> gr.Blocks:
                 status = gr.Markdown("", elem_id="status")
                 gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified", "target")))
                 with gr.Row():
+                    left_title, right_title = pane_titles("draft")  # each race says what its sides are
                     with gr.Column():
-                        gr.Markdown("### Baseline: the target alone")
+                        base_title = gr.Markdown(left_title, elem_id="baseline-title")
                         base_pane = gr.HTML("", elem_id="baseline-pane", elem_classes="pane")
                     with gr.Column():
-                        gr.Markdown("### Speculative: draft, then one target check")
+                        spec_title = gr.Markdown(right_title, elem_id="speculative-title")
                         spec_pane = gr.HTML("", elem_id="speculative-pane", elem_classes="pane")
                 summary = gr.HTML("", elem_id="summary")
                 with gr.Row(equal_height=True):  # same prompt, another method: every result kept below
@@ -302,7 +303,8 @@ def build_demo() -> gr.Blocks:
             api_visibility="private",
         )
         example.change(lambda e: e or KEEP, example, prompt, api_visibility="private")
-        outputs = dict(zip(("baseline_pane", "speculative_pane", "summary"), (base_pane, spec_pane, summary)))
+        outputs = dict(baseline_title=base_title, speculative_title=spec_title)
+        outputs |= dict(zip(("baseline_pane", "speculative_pane", "summary"), (base_pane, spec_pane, summary)))
         outputs |= dict(race_plot=race_plot, speedup_plot=speedup_plot, acceptance_plot=acceptance_plot)
         outputs |= dict(histogram_plot=histogram_plot, breakdown_plot=breakdown_plot, status=status, trace=last_trace)
         race_outputs = [outputs[name] for name in RACE_OUTPUTS]

@@ -106,6 +106,28 @@ def test_a_race_summary_before_the_server_has_drafted_shows_a_dash():
     assert "–" in acceptance_row and "%" not in acceptance_row
 
 
+def test_a_race_of_two_engines_names_its_sides_everywhere():
+    """vLLM's speculative server against specdemo's own: the pane titles, the summary's rows, the
+    figures' legends and the speedup's meaning say which engine is which (no "baseline" left)."""
+    from specdemo.measure.race import RaceState
+    from specdemo.view.render import pane_titles, summary_html
+
+    served = list(vllm.delta_steps(iter([([5], 0.1), ([6, 7], 0.1)]), speculative_tokens=2))
+    state = RaceState("vllm-vs-specdemo", True, baseline=served, contender=served, done=True)
+    state.server_counters = {"acceptance_rate": 0.5, "alpha_per_position": [0.5, 0.5]}
+    summary = state.summary()
+    assert summary["server_acceptance_rate"] == 0.5 and "limited_by" not in summary
+    html = summary_html(summary, True, True)
+    assert "vLLM speculative: acceptance" in html and "identical to vLLM speculative" in html
+    assert ">baseline<" not in html and "÷ vLLM" in html
+    assert pane_titles("vllm-vs-specdemo")[0].startswith("### vLLM") and "Baseline" in pane_titles("draft")[0]
+    from specdemo.app.race import render
+
+    shown = render(state, str, "prompt", "all", "✓")
+    race_plot = next(o for o in shown if hasattr(o, "data") and "race" in str(o.layout.title.text).lower())
+    assert [t.name for t in race_plot.data] == ["vLLM speculative", "specdemo speculative"]
+
+
 def test_a_baseline_stream_is_one_target_token_per_step():
     steps = list(vllm.delta_steps(iter([([5], 0.1), ([6], 0.1), ([7], 0.1)]), speculative_tokens=0))
     assert all(s.accepted == 0 and s.bonus == s.emitted[0] and s.correction is None for s in steps)
@@ -309,10 +331,45 @@ def test_the_apps_race_runs_through_the_backend(servers, smollm2_target):
         vllm_baseline_url=urls["baseline"],  # the fields under Advanced
         vllm_speculative_url=urls["speculative"] + "/",
     )
-    final = list(race_tab.race(settings))[-1]
-    baseline_pane, speculative_pane, status = final[0], final[1], final[-2]
-    assert status.startswith("✓ done") and "inferred" in status, status
-    assert "garden" in baseline_pane and "garden" in speculative_pane  # both panes carry the answer
+    final = dict(zip(race_tab.RACE_OUTPUTS, list(race_tab.race(settings))[-1]))
+    assert final["status"].startswith("✓ done") and "inferred" in final["status"], final["status"]
+    assert "garden" in final["baseline_pane"] and "garden" in final["speculative_pane"]  # both carry the answer
+    assert "vLLM" in final["baseline_title"] and "vLLM" in final["speculative_title"]
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_vllms_speculative_server_races_specdemos_own_engine(servers, smollm2_target, prompt_ids):
+    """One engine against another on the same prompt: vLLM's speculative server on the left, this
+    process's speculative decoding (the draft model) on the right; the same greedy text."""
+    from specdemo.app import race as race_tab
+    from specdemo.app.live import run_race
+    from specdemo.app.settings import Settings
+    from specdemo.decoding.engine import DecodeConfig
+    from specdemo.measure.metrics import acceptance_rate
+
+    urls, _ = servers
+    final = list(
+        run_race(smollm2_target, prompt_ids, DecodeConfig(max_new_tokens=48, gamma=2), "vllm-vs-specdemo", None, urls)
+    )[-1]
+    summary = final.summary()
+    assert final.done and final.tokens("baseline") == final.tokens("speculative")
+    assert summary["sides"][:2] == ("vLLM speculative", "specdemo speculative") and "limited_by" not in summary
+    assert 0 < summary["server_acceptance_rate"] < 1  # vLLM's, from its /metrics
+    # specdemo's own acceptance, from its steps (it sees its rejections), not the server's
+    assert summary["acceptance_rate"] == acceptance_rate(final.contender)
+    assert any(s.accepted < len(s.drafted) for s in final.contender)
+    settings = Settings.from_preset(
+        "smollm2-135m",
+        prompt=PROMPT,
+        method_label="vLLM's speculative server vs specdemo's own",
+        max_new_tokens=24,
+        vllm_speculative_url=urls["speculative"],
+    )
+    shown = dict(zip(race_tab.RACE_OUTPUTS, list(race_tab.race(settings))[-1]))
+    assert shown["status"].startswith("✓ done"), shown["status"]
+    assert shown["baseline_title"].startswith("### vLLM") and shown["speculative_title"].startswith("### specdemo")
+    assert "identical to vLLM speculative" in shown["summary"] and "✓" in shown["summary"]
 
 
 @pytest.mark.vllm

@@ -15,6 +15,7 @@ from specdemo.measure.divergence import dtype_name
 from specdemo.models import (
     PRESETS,
     startup_preset,
+    vllm,
 )
 
 
@@ -34,7 +35,7 @@ def compare_api(
     try:
         if preset not in PRESETS:
             raise InputError(f"unknown preset {preset!r}: one of {', '.join(PRESETS)}")
-        labels = {v: k for k, v in METHOD_LABELS.items() if v not in ("naive", "vllm")}  # specdemo's own
+        labels = {v: k for k, v in METHOD_LABELS.items() if v not in ("naive", *vllm.METHODS)}  # specdemo's own
         if method not in labels:
             raise InputError(f"method must be one of {', '.join(labels)}, got {method!r}")
         s = Settings.from_preset(

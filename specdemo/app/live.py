@@ -28,8 +28,8 @@ def run_race(
 ) -> Iterator[RaceState]:
     """Yield the state after every step of either side, until both finish (or ``cancel``).
     ``vllm_urls``: the vLLM method's servers (default: ``vllm.configured_urls()``)."""
-    if method == "vllm":
-        yield from vllm_race(pair, prompt_ids, config, cancel, vllm_urls or vllm.configured_urls())
+    if method in vllm.METHODS:
+        yield from vllm_race(pair, prompt_ids, config, cancel, vllm_urls or vllm.configured_urls(), method)
         return
     if method == "naive":
         contender = naive_handoff_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
@@ -48,14 +48,25 @@ def run_race(
 COUNTERS_EVERY_S = 0.5  # one /metrics request per half second: no load on the server worth measuring
 
 
-def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, str]) -> Iterator[RaceState]:
-    """The same race between two vLLM servers (baseline, speculative), both asked at once."""
+def vllm_race(
+    pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, str], method: str = "vllm"
+) -> Iterator[RaceState]:
+    """The same race between two vLLM servers (baseline, speculative), both asked at once; or,
+    ``method`` "vllm-vs-specdemo", vLLM's speculative server against specdemo's own engine (the
+    draft model, greedy, fp32) on the same prompt: the server streams while this process decodes
+    (on one machine they share its cores)."""
     if not config.sampling.greedy:
         raise InputError("the vLLM race is greedy (temperature 0): set the temperature to 0", field="temperature")
-    baseline, contender, counters = vllm.race_steps(
-        urls["baseline"], urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel
-    )
-    state = RaceState("vllm", True, dtype="float32")
+    if method == "vllm":
+        baseline, contender, counters = vllm.race_steps(
+            urls["baseline"], urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel
+        )
+    else:
+        baseline, counters = vllm.speculative_steps(
+            urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel
+        )
+        contender = decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
+    state = RaceState(method, True, dtype="float32" if method == "vllm" else dtype_name(pair.target))
 
     def read_counters(mid_race: bool = False):  # the live acceptance: vLLM's counters so far
         try:
@@ -69,7 +80,8 @@ def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, st
             "alpha_per_position": delta.alpha_per_position,
         }
         if delta.acceptance_rate is not None:
-            state.server_acceptance.append((len(state.contender), delta.acceptance_rate))
+            server_side = state.contender if method == "vllm" else state.baseline
+            state.server_acceptance.append((len(server_side), delta.acceptance_rate))
 
     last = time.perf_counter()
     for side, step in race(baseline, contender):

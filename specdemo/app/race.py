@@ -24,7 +24,8 @@ from specdemo.app.settings import (
 from specdemo.decoding.steps import SUFFIX_METHODS
 from specdemo.decoding.suffix import shared_store, vocabulary_of
 from specdemo.errors import SpecDemoError
-from specdemo.measure.race import VLLM_LEGEND, RaceState
+from specdemo.measure.race import DEFAULT_SIDES, SIDES, VLLM_LEGEND, RaceState
+from specdemo.models.vllm import METHODS as VLLM_METHODS
 from specdemo.view import trace as traces
 from specdemo.view.plots import (
     acceptance_figure,
@@ -33,7 +34,7 @@ from specdemo.view.plots import (
     speedup_figure,
     time_breakdown_figure,
 )
-from specdemo.view.render import summary_html, token_spans, tokens_html
+from specdemo.view.render import pane_titles, summary_html, token_spans, tokens_html
 
 PANES_EVERY_S = 0.125  # panes, summary and status: 8 updates a second while the race runs
 
@@ -43,6 +44,8 @@ PLOTS_EVERY_S = 1.0  # the race, speedup and acceptance figures: once a second (
 
 # The race's outputs, in this order: panes, summary, figures, status line, last run's trace.
 RACE_OUTPUTS = (
+    "baseline_title",
+    "speculative_title",
     "baseline_pane",
     "speculative_pane",
     "summary",
@@ -60,12 +63,17 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
     """A race state → the RACE_OUTPUTS. ``figures``: "all", "live" (race, speedup and acceptance:
     the ones that change the most) or "none" (the figures stay as they are on screen)."""
     reference = state.tokens("baseline")
-    label = "naive (not lossless)" if state.method == "naive" else "speculative"
+    left, right, _ = SIDES.get(state.method, DEFAULT_SIDES)
+    right = "naive (not lossless)" if state.method == "naive" else right
     mark = state.first_difference() if state.greedy and state.lossless else None
     if figures in ("all", "live"):
         base, spec = state.baseline, state.contender
-        server = state.server_acceptance if state.server_counters is not None else None
-        live = (race_figure(base, spec, label), speedup_figure(base, spec), acceptance_figure(spec, server))
+        server = state.server_acceptance if state.server_counters is not None and state.method == "vllm" else None
+        live = (
+            race_figure(base, spec, right, left),
+            speedup_figure(base, spec, over=left),
+            acceptance_figure(spec, server),
+        )
     else:
         live = (KEEP,) * 3
     rest = (
@@ -74,6 +82,7 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
         else (KEEP,) * 2
     )
     return (
+        *pane_titles(state.method),
         tokens_html(token_spans(state.baseline, decode, mark=mark), state.greedy, prompt),
         tokens_html(token_spans(state.contender, decode, reference, mark), state.greedy, prompt),
         summary_html(state.summary(), state.greedy, state.lossless),
@@ -137,7 +146,7 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
         if live.cancelled:
             end = f"■ stopped: {token_counts(state)}"
         else:
-            note = " · ".join(n for n in (prep.note, VLLM_LEGEND if s.method == "vllm" else "") if n)
+            note = " · ".join(n for n in (prep.note, VLLM_LEGEND if s.method in VLLM_METHODS else "") if n)
             end = done_status(state, live.wall_s, note)
         yield render(state, decode, prep.prompt, "all", end, trace)
     finally:

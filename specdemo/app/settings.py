@@ -51,6 +51,7 @@ METHOD_LABELS = {
     "token tree": "tree",
     "naive: draft writes half, target continues (NOT lossless)": "naive",
     "vLLM servers: baseline vs speculative": "vllm",
+    "vLLM's speculative server vs specdemo's own": "vllm-vs-specdemo",
 }
 
 
@@ -110,7 +111,7 @@ class Settings:
             max_new_tokens=whole(self.max_new_tokens, "max_new_tokens"),
             gamma=whole(self.gamma, "gamma"),
             schedule=self.schedule,
-            method="draft" if self.method in ("naive", "vllm") else self.method,
+            method="draft" if self.method in ("naive", *vllm.METHODS) else self.method,
             max_new_tokens_cap=MAX_NEW_TOKENS,
             sampling=SamplingConfig(
                 number(self.temperature, "temperature"),
@@ -184,7 +185,7 @@ class Prepared:
 
 
 def needs_draft(s: Settings) -> bool:
-    return s.method not in (*MODEL_FREE, "vllm")  # model-free methods propose without one; vLLM: the servers draft
+    return s.method not in (*MODEL_FREE, "vllm")  # model-free methods propose without one; vLLM: its servers draft
 
 
 def load_options(s: Settings) -> LoadOptions:

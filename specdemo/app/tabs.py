@@ -23,7 +23,7 @@ from specdemo.errors import InputError
 from specdemo.measure.bench import DEFAULT_ENGINES, run_bench, table_cells
 from specdemo.measure.lossless import lossless_progress
 from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens
-from specdemo.models import PRESETS
+from specdemo.models import PRESETS, vllm
 from specdemo.view import trace as traces
 from specdemo.view.plots import (
     gamma_sweep_figure,
@@ -77,8 +77,8 @@ def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_t
 
 def measured_point(trace: dict | None) -> dict | None:
     """α, γ, c, τ and speedup of the last run, for the theory tab."""
-    if not trace or trace["method"] == "naive" or not trace["contender"]:
-        return None
+    if not trace or trace["method"] in ("naive", "vllm-vs-specdemo") or not trace["contender"]:
+        return None  # (one engine against another: no target-alone step time to divide by)
     state, _, settings = traces.from_trace(trace)
     spec, base = state.contender, state.baseline
     drafted = sum(len(s.drafted) for s in spec[1:])
@@ -206,7 +206,7 @@ def methods_view(preset: str, trace: dict | None = None) -> tuple:
     if not path.exists():
         return None, f"<p>No stored table for {escape(preset)}: press <b>Re-measure</b> (a few minutes).</p>", None
     result = json.loads(path.read_text(encoding="utf-8"))
-    current = measured_point(trace) if trace and trace.get("method") != "vllm" else None
+    current = measured_point(trace) if trace and trace.get("method") not in vllm.METHODS else None
     return tasks_figure(result), methods_table_html(result), zoo_figure(result, current=current)
 
 

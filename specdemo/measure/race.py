@@ -19,7 +19,18 @@ METHODS = {
     "hybrid": ("speculative decoding with suffix decoding where it has a proposal, else the draft model", True),
     "naive": ("NOT speculative decoding: the draft writes the first half, the target continues", False),
     "vllm": ("vLLM's speculative decoding against vLLM's baseline, two servers over HTTP", True),
+    "vllm-vs-specdemo": ("vLLM's speculative decoding (a server) against specdemo's own (the draft model)", True),
 }
+# What the two sides of a race are, where they are not the target alone and speculative decoding:
+# (left pane, right pane, what the speedup divides).
+SIDES = {
+    "vllm-vs-specdemo": (
+        "vLLM speculative",
+        "specdemo speculative",
+        "specdemo's tokens/s ÷ vLLM's speculative tokens/s (wall clock on both: one engine against the other)",
+    ),
+}
+DEFAULT_SIDES = ("baseline", "speculative", "speculative tokens/s ÷ baseline tokens/s")
 # Said under a vLLM race: what its colours can and cannot know.
 VLLM_LEGEND = (
     "vLLM streams what each step emitted: green (kept drafts) and blue (bonus, all kept) are exact; "
@@ -78,14 +89,17 @@ class RaceState:
                 "target_forwards_saved": spec_tokens - len(spec),
             }
             out["alpha_per_position"] = acceptance_per_position(spec)  # [] for a tree: no positions
-            if self.server_counters is not None:  # the stream never shows rejected drafts
+            if self.server_counters is not None and self.method == "vllm":  # its stream never shows rejections
                 out["acceptance_rate"] = self.server_counters["acceptance_rate"]
                 out["alpha_per_position"] = self.server_counters["alpha_per_position"]
+            elif self.server_counters is not None:  # the left side is vLLM's: its acceptance beside ours
+                out["server_acceptance_rate"] = self.server_counters["acceptance_rate"]
             # said once the race is over: "why no speedup?" from this run's own numbers (specdemo's
             # steps only: a vLLM stream has no draft or verify clocks to read it from)
-            if self.done and self.server_counters is None:
+            if self.done and self.server_counters is None and self.method not in SIDES:
                 why = limited_by(base, spec, self.method)
                 out["limited_by"] = {"term": why["term"], "text": why["text"]} if why else None
+        out["sides"] = SIDES.get(self.method, DEFAULT_SIDES)
         diff = self.first_difference()
         out["identical_so_far"] = diff is None
         out["first_difference"] = diff

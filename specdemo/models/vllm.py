@@ -45,6 +45,9 @@ def configured_urls(baseline: str | None = None, speculative: str | None = None)
 SERVED_NAME = "specdemo-target"  # the name the servers specdemo starts answer to
 
 
+METHODS = ("vllm", "vllm-vs-specdemo")  # the race's methods that stream from a vLLM server
+
+
 class BackendError(SpecDemoError):
     """A vLLM server is down, not ready, serving another model, or failed mid-stream (one line)."""
 
@@ -434,12 +437,27 @@ def race_steps(
     base_model = check_role(baseline_url, speculative=False)
     before = read_counters(speculative_url)  # once: the role check and the race's "before"
     spec_model = check_role(speculative_url, speculative=True, counters=before)
-    k = proposal_length(before)
-
-    def stream(url, model, tokens):
-        deltas = timed_deltas(stream_token_deltas(url, model, prompt_ids, max_tokens, stop=cancel))
-        return in_background(delta_steps(deltas, tokens, eos), cancel)
-
-    baseline = stream(baseline_url, base_model, 0)
-    speculative = stream(speculative_url, spec_model, k)
+    baseline = step_stream(baseline_url, base_model, 0, prompt_ids, max_tokens, eos, cancel)
+    speculative = step_stream(speculative_url, spec_model, proposal_length(before), prompt_ids, max_tokens, eos, cancel)
     return baseline, speculative, lambda: read_counters(speculative_url) - before
+
+
+def speculative_steps(
+    url: str,
+    prompt_ids: list[int],
+    max_tokens: int,
+    eos: set[int] = frozenset(),
+    cancel: Callable[[], bool] | None = None,
+) -> tuple[Iterator[Step], Callable[[], SpecCounters]]:
+    """One speculative server's greedy answer as a step stream (requested now), plus a function
+    giving its counters' delta so far: the vLLM side of a race against specdemo's own engine."""
+    before = read_counters(url)
+    model = check_role(url, speculative=True, counters=before)
+    steps = step_stream(url, model, proposal_length(before), prompt_ids, max_tokens, eos, cancel)
+    return steps, lambda: read_counters(url) - before
+
+
+def step_stream(url, model, speculative_tokens, prompt_ids, max_tokens, eos, cancel) -> Iterator[Step]:
+    """The server's chunks as Steps, drained on a thread of their own from now on."""
+    deltas = timed_deltas(stream_token_deltas(url, model, prompt_ids, max_tokens, stop=cancel))
+    return in_background(delta_steps(deltas, speculative_tokens, eos), cancel)

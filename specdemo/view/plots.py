@@ -43,7 +43,9 @@ def _hline(y: float) -> dict:
     return dict(type="line", xref="paper", x0=0, x1=1, y0=y, y1=y, line=dict(dash="dot", color=COLOURS["baseline"]))
 
 
-def race_figure(base: Sequence, spec: Sequence, spec_label: str = "speculative") -> go.Figure:
+def race_figure(
+    base: Sequence, spec: Sequence, spec_label: str = "speculative", base_label: str = "baseline"
+) -> go.Figure:
     """Tokens written vs own compute time: the race."""
     traces = [
         dict(
@@ -54,7 +56,7 @@ def race_figure(base: Sequence, spec: Sequence, spec_label: str = "speculative")
             line=dict(color=colour, shape="hv"),
             name=name,
         )
-        for name, steps, colour in (("baseline", base, COLOURS["baseline"]), (spec_label, spec, COLOURS["speculative"]))
+        for name, steps, colour in ((base_label, base, COLOURS["baseline"]), (spec_label, spec, COLOURS["speculative"]))
     ]
     return _live_figure(traces, "The race: tokens vs compute time", "seconds", "tokens")
 
@@ -120,7 +122,7 @@ def running_speedup(base: Sequence, spec: Sequence) -> list[tuple[int, float]]:
     return points
 
 
-def speedup_figure(base: Sequence, spec: Sequence) -> go.Figure:
+def speedup_figure(base: Sequence, spec: Sequence, over: str = "baseline") -> go.Figure:
     points = running_speedup(base, spec)
     line = dict(
         type="scatter",
@@ -130,7 +132,7 @@ def speedup_figure(base: Sequence, spec: Sequence) -> go.Figure:
         line=dict(color=COLOURS["speculative"]),
         name="speedup",
     )
-    return _live_figure([line], "Running speedup over the baseline", "tokens", "× faster", shapes=[_hline(1.0)])
+    return _live_figure([line], f"Running speedup over the {over}", "tokens", "× faster", shapes=[_hline(1.0)])
 
 
 def gamma_sweep_figure(rows: Sequence[dict]) -> go.Figure:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
+from specdemo.measure.race import DEFAULT_SIDES
+
 KINDS = {
     # kind: (label, explanation, css colour, ANSI code)
     "accepted": ("accepted", "drafted and kept by the target", "#c8f7c5", "42;30"),
@@ -171,13 +173,33 @@ def plain_text(steps: Sequence, decode) -> str:
     return "".join(decode(t) for s in steps for t in s.emitted)
 
 
+PANE_TITLES = {
+    "vllm": ("Baseline: vLLM, the target alone", "Speculative: vLLM, its drafts checked by the target"),
+    "vllm-vs-specdemo": ("vLLM: speculative decoding on its server", "specdemo: speculative decoding in this process"),
+}
+DEFAULT_PANE_TITLES = ("Baseline: the target alone", "Speculative: draft, then one target check")
+
+
+def pane_titles(method: str) -> tuple[str, str]:
+    """The headings over the two panes (Markdown): what each side of this race is."""
+    left, right = PANE_TITLES.get(method, DEFAULT_PANE_TITLES)
+    return f"### {left}", f"### {right}"
+
+
 def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
     """The numbers under the panes, each with a few words on what it means."""
+    left, right, ratio = summary.get("sides", DEFAULT_SIDES)
+    if left == DEFAULT_SIDES[0]:
+        left_means, right_means = "the target alone", "same target, with drafts"
+    else:  # one engine against another, both speculative
+        left_means, right_means = "its server", "this process"
     rows = [
-        ("baseline", f"{summary['baseline_tokens_per_second']:.1f} tokens/s", "the target alone"),
-        ("speculative", f"{summary['speculative_tokens_per_second']:.1f} tokens/s", "same target, with drafts"),
-        ("speedup", f"{summary['speedup']:.2f}×", "speculative tokens/s ÷ baseline tokens/s"),
+        (left, f"{summary['baseline_tokens_per_second']:.1f} tokens/s", left_means),
+        (right, f"{summary['speculative_tokens_per_second']:.1f} tokens/s", right_means),
+        ("speedup", f"{summary['speedup']:.2f}×", ratio),
     ]
+    if summary.get("server_acceptance_rate") is not None:
+        rows.append((f"{left}: acceptance", f"{summary['server_acceptance_rate']:.0%}", "from its /metrics"))
     if "acceptance_rate" in summary:
         rows += [
             (
@@ -211,7 +233,7 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
     elif greedy:
         rows.append(
             (
-                f"identical to baseline ({summary.get('dtype', 'float32')})",
+                f"identical to {left} ({summary.get('dtype', 'float32')})",
                 "✓" if diff is None else f"✗ differs at token {diff}",
                 "greedy speculative decoding reproduces the baseline token for token in exact arithmetic",
             )
