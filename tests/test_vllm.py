@@ -195,6 +195,8 @@ def test_a_server_that_is_down_is_one_line():
     assert "\n" not in str(error.value)
     with pytest.raises(vllm.BackendError, match="no vLLM server answers at"):
         list(vllm.stream_token_deltas(url, "m", [1, 2], 4))
+    with pytest.raises(vllm.BackendError, match="no vLLM server answers at"):  # the race against specdemo's
+        vllm.speculative_steps(url, [1, 2], 4)
 
 
 def test_starting_without_the_vllm_environment_says_how_to_get_it(tmp_path):

@@ -435,8 +435,7 @@ def race_steps(
     """Both servers' greedy answers to one prompt as step streams, requested at once (each
     server on its own cores), plus a function giving the speculative counters' delta so far."""
     base_model = check_role(baseline_url, speculative=False)
-    before = read_counters(speculative_url)  # once: the role check and the race's "before"
-    spec_model = check_role(speculative_url, speculative=True, counters=before)
+    spec_model, before = speculative_start(speculative_url)
     baseline = step_stream(baseline_url, base_model, 0, prompt_ids, max_tokens, eos, cancel)
     speculative = step_stream(speculative_url, spec_model, proposal_length(before), prompt_ids, max_tokens, eos, cancel)
     return baseline, speculative, lambda: read_counters(speculative_url) - before
@@ -451,10 +450,17 @@ def speculative_steps(
 ) -> tuple[Iterator[Step], Callable[[], SpecCounters]]:
     """One speculative server's greedy answer as a step stream (requested now), plus a function
     giving its counters' delta so far: the vLLM side of a race against specdemo's own engine."""
-    before = read_counters(url)
-    model = check_role(url, speculative=True, counters=before)
+    model, before = speculative_start(url)
     steps = step_stream(url, model, proposal_length(before), prompt_ids, max_tokens, eos, cancel)
     return steps, lambda: read_counters(url) - before
+
+
+def speculative_start(url: str) -> tuple[str, SpecCounters]:
+    """The speculative server's model name, its role checked, and its counters now (a race's
+    "before"). A server that is down is said to be so before its /metrics is asked for."""
+    served_model(url)
+    before = read_counters(url)
+    return check_role(url, speculative=True, counters=before), before
 
 
 def step_stream(url, model, speculative_tokens, prompt_ids, max_tokens, eos, cancel) -> Iterator[Step]:
