@@ -120,14 +120,16 @@ def test_bfloat16_divergence_is_found_and_explained_as_a_near_tie():
 
 
 def test_app_runs_the_seed_prompt_on_smollm2():
-    from specdemo.app.race import race
+    from specdemo.app.race import RACE_OUTPUTS, race
     from specdemo.app.settings import Settings
 
     settings = Settings.from_preset("smollm2-135m", prompt=SEED_PROMPT, max_new_tokens=24)
-    base_html, spec_html, summary, *_, status, trace = list(race(settings))[-1]
-    assert status.startswith("✓ done")
+    out = dict(zip(RACE_OUTPUTS, list(race(settings))[-1]))
+    assert out["status"].startswith("✓ done")
+    spec_html = out["speculative_pane"]
     assert "tok-accepted" in spec_html and ("tok-correction" in spec_html or "tok-bonus" in spec_html)
-    assert "identical to baseline (float32)" in summary and "✓" in summary
+    assert "identical to baseline (float32)" in out["summary"] and "✓" in out["summary"]
+    assert out["baseline_title"] == "### Baseline: the target alone"
 
 
 def test_the_target_asks_itself_new_instructions_for_its_training_data(pair):
