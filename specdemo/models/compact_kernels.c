@@ -1,0 +1,165 @@
+// Small-batch matrix products over fp32 weights kept in a compact form (see compact_linear.py).
+//
+// y[r, o] = sum_i x[r, i] * w[o, i] for r < rows (a decode step: 1 row; a verify: γ + 1 rows), where w is
+// stored in blocks of 32 and expanded in registers to exactly the fp32 weight the model holds:
+//   Q4_1: w = fl(d * q + m), q a 4-bit code, d and m fp16, as gguf-py dequantizes (d * q is exact in fp32:
+//         11 bits times 4), so one rounding, at + m;
+//   Q8_0: w = fl(q * d), q an int8 code, d fp16;
+//   F16 / BF16: w = the half-precision value widened (exact).
+// The weights are read once for all rows (torch's fp32 product at 1-3 rows reads them once per row),
+// and each y[r, o] is summed in the same order whatever the number of rows: a verify's row is bit for
+// bit the 1-row step's.
+#include <stdint.h>
+
+enum { Q4_1 = 0, Q8_0 = 1, F16 = 2, BF16 = 3 };
+#define BLOCK 32
+#define MAX_ROWS 8  // rows per pass (their sums live in registers); more rows: more passes
+
+static inline int64_t block_bytes(int kind) { return kind == Q4_1 ? 16 : kind == Q8_0 ? 32 : 64; }
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+static inline float sum_lanes(__m256 v) {  // a fixed order, whatever the caller
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// One block's 32 weights as 4 vectors of 8 floats; scales[2 * block] = d, m (fp16 bits).
+static inline void expand_block(int kind, const uint8_t *codes, const uint16_t *scales, __m256 w[4]) {
+  if (kind == Q4_1) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(scales[0])), m = _mm256_set1_ps(_cvtsh_ss(scales[1]));
+    const __m128i packed = _mm_loadu_si128((const __m128i *)codes);
+    const __m128i nibble = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(packed, nibble);                      // elements 0..15
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);  // elements 16..31
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int j = 0; j < 4; ++j) {
+      const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[j]));
+      w[j] = _mm256_add_ps(_mm256_mul_ps(d, q), m);  // as gguf-py: d * q exact, then + m rounded
+    }
+  } else if (kind == Q8_0) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(scales[0]));
+    for (int j = 0; j < 4; ++j) {
+      const __m128i bytes = _mm_loadl_epi64((const __m128i *)(codes + 8 * j));
+      w[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), d);
+    }
+  } else if (kind == F16) {
+    for (int j = 0; j < 4; ++j) w[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(codes + 16 * j)));
+  } else {  // BF16: the upper half of an fp32
+    for (int j = 0; j < 4; ++j) {
+      const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(codes + 16 * j)));
+      w[j] = _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+    }
+  }
+}
+
+// Output rows [o0, o1) for R rows of x: each block is expanded once and multiplied into every row. O
+// output rows are worked on together so that O·R sums are in flight at once (a lone sum would wait
+// on its own previous multiply-add); each y[r, o] is still one sum over i in the same order.
+#define DEFINE_PASS(R, O)                                                                                  \
+  static void pass_##R(int kind, const float *x, int64_t in, const uint8_t *codes, const uint16_t *scales, \
+                       float *y, int64_t out, int64_t o0, int64_t o1) {                                   \
+    const int64_t blocks = in / BLOCK, step = block_bytes(kind), per = kind == Q4_1 ? 2 : 1;             \
+    int64_t o = o0;                                                                                      \
+    for (; o < o1; o += O) {                                                                             \
+      const int together = o + O <= o1 ? O : 1; /* the rows left over: one at a time, the same sums */  \
+      __m256 acc[O][R];                                                                                  \
+      for (int u = 0; u < O; ++u)                                                                        \
+        for (int r = 0; r < R; ++r) acc[u][r] = _mm256_setzero_ps();                                     \
+      for (int64_t b = 0; b < blocks; ++b) {                                                             \
+        for (int u = 0; u < together; ++u) {                                                             \
+          __m256 w[4];                                                                                   \
+          const int64_t row = o + u;                                                                     \
+          expand_block(kind, codes + (row * blocks + b) * step, scales + (row * blocks + b) * per, w);   \
+          for (int r = 0; r < R; ++r)                                                                    \
+            for (int j = 0; j < 4; ++j)                                                                  \
+              acc[u][r] = _mm256_fmadd_ps(w[j], _mm256_loadu_ps(x + r * in + b * BLOCK + 8 * j), acc[u][r]); \
+        }                                                                                                \
+      }                                                                                                  \
+      for (int u = 0; u < together; ++u)                                                                 \
+        for (int r = 0; r < R; ++r) y[r * out + o + u] = sum_lanes(acc[u][r]);                           \
+      if (together == 1) o += 1 - O;                                                                     \
+    }                                                                                                    \
+  }
+#else
+// Portable fallback (no AVX2 + FMA + F16C): the same weights, a plain loop.
+static inline float half_to_float(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+  union { uint32_t u; float f; } v;
+  if (exp == 0) {
+    v.f = (float)man * (1.0f / 16777216.0f);  // subnormal: man · 2⁻²⁴, exact
+    v.u |= sign;
+  } else {
+    v.u = sign | (exp == 31 ? 0x7F800000 | (man << 13) : ((exp + 112) << 23) | (man << 13));
+  }
+  return v.f;
+}
+
+static inline float weight_at(int kind, const uint8_t *codes, const uint16_t *scales, int64_t j) {
+  if (kind == Q4_1) {
+    const uint8_t byte = codes[j % 16];
+    const float dq = half_to_float(scales[0]) * (float)(j < 16 ? (byte & 0x0F) : (byte >> 4));
+    return dq + half_to_float(scales[1]);
+  }
+  if (kind == Q8_0) return (float)((const int8_t *)codes)[j] * half_to_float(scales[0]);
+  const uint16_t bits = ((const uint16_t *)codes)[j];
+  if (kind == F16) return half_to_float(bits);
+  union { uint32_t u; float f; } v = {(uint32_t)bits << 16};
+  return v.f;
+}
+
+#define DEFINE_PASS(R, O)                                                                                  \
+  static void pass_##R(int kind, const float *x, int64_t in, const uint8_t *codes, const uint16_t *scales, \
+                       float *y, int64_t out, int64_t o0, int64_t o1) {                                   \
+    const int64_t blocks = in / BLOCK, step = block_bytes(kind), per = kind == Q4_1 ? 2 : 1;             \
+    for (int64_t o = o0; o < o1; ++o) {                                                                  \
+      float acc[R] = {0};                                                                                \
+      for (int64_t b = 0; b < blocks; ++b)                                                               \
+        for (int64_t j = 0; j < BLOCK; ++j) {                                                            \
+          const float w = weight_at(kind, codes + (o * blocks + b) * step, scales + (o * blocks + b) * per, j); \
+          for (int r = 0; r < R; ++r) acc[r] += w * x[r * in + b * BLOCK + j];                           \
+        }                                                                                                \
+      for (int r = 0; r < R; ++r) y[r * out + o] = acc[r];                                               \
+    }                                                                                                    \
+  }
+#endif
+
+// (rows, output rows together): about eight sums in flight, within the 16 vector registers
+DEFINE_PASS(1, 8)
+DEFINE_PASS(2, 4)
+DEFINE_PASS(3, 2)
+DEFINE_PASS(4, 2)
+DEFINE_PASS(5, 1)
+DEFINE_PASS(6, 1)
+DEFINE_PASS(7, 1)
+DEFINE_PASS(8, 1)
+
+typedef void (*pass_fn)(int, const float *, int64_t, const uint8_t *, const uint16_t *, float *, int64_t, int64_t,
+                        int64_t);
+static const pass_fn PASSES[MAX_ROWS + 1] = {0, pass_1, pass_2, pass_3, pass_4, pass_5, pass_6, pass_7, pass_8};
+
+// x [rows, in] fp32; codes: the blocks' codes, row-major [out, in/32 blocks]; scales: fp16 bits, d (and m
+// for Q4_1) per block, or unused; → y [rows, out]. ``threads`` OpenMP threads (1: no parallel region).
+void compact_linear(int kind, const float *x, int64_t rows, int64_t in, const uint8_t *codes, const uint16_t *scales,
+                    float *y, int64_t out, int threads) {
+  const int64_t chunk = 16;  // output rows per task
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t o0 = 0; o0 < out; o0 += chunk) {
+    const int64_t o1 = o0 + chunk < out ? o0 + chunk : out;
+    for (int64_t r0 = 0; r0 < rows; r0 += MAX_ROWS) {
+      const int64_t n = rows - r0 < MAX_ROWS ? rows - r0 : MAX_ROWS;
+      PASSES[n](kind, x + r0 * in, in, codes, scales, y + r0 * out, out, o0, o1);
+    }
+  }
+}
+
+int vectorized(void) {
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  return 1;
+#else
+  return 0;
+#endif
+}

@@ -1,0 +1,147 @@
+"""Compact fp32 weights (quantization ``compact-fp32``, models/compact_linear.py): a tiny Llama whose
+weights are Q4_1 / Q8_0 blocks, written to a real GGUF file with gguf-py, and drafts whose weights
+are exactly fp16 or bf16. The kernels must expand them to the model's fp32 weights bit for bit, give
+each row of a k-row product exactly the 1-row product, and keep greedy speculative decoding
+token-identical to the baseline and to ``generate()``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import llama, perturbed
+from gguf import GGMLQuantizationType, GGUFWriter
+from gguf.quants import dequantize as gguf_dequantize
+from gguf.quants import quantize
+
+from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, eos_ids, run_all
+from specdemo.errors import ModelLoadError
+from specdemo.models import LoadOptions, compact_linear, quantization_config, resolve_device
+from specdemo.models.compact_linear import GGUF_MODULES, CompactLinear, expand, use_compact_weights
+
+pytestmark = pytest.mark.skipif(compact_linear.kernels() is None, reason="no C compiler for the kernels")
+
+
+def gguf_llama(tmp_path, layers: int = 2, seed: int = 0, skew=None):
+    """A tiny Llama whose linears hold what their GGUF blocks describe, and that GGUF (q's rows
+    stored in another order, as llama.cpp's converter stores them for rotary)."""
+    model = llama(layers, seed)
+    writer = GGUFWriter(str(tmp_path / "tiny.gguf"), "llama")
+    entries = [
+        (f"blk.{i}.{part}.weight", layer.get_submodule(path))
+        for i, layer in enumerate(model.model.layers)
+        for part, path in GGUF_MODULES.items()
+    ]
+    entries.append(("output.weight", model.lm_head))
+    for name, linear in entries:
+        kind = GGMLQuantizationType.Q8_0 if name == "output.weight" else GGMLQuantizationType.Q4_1
+        blocks = quantize(linear.weight.detach().numpy(), kind)
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(gguf_dequantize(blocks, kind)))
+        if "attn_q" in name:  # the file's row order differs from the model's
+            blocks = blocks[np.random.default_rng(seed).permutation(blocks.shape[0])]
+        writer.add_tensor(name, blocks, raw_dtype=kind)
+    if skew is not None:  # one weight one ulp off: that matrix is not the GGUF's any more
+        with torch.no_grad():
+            w = model.get_submodule(skew).weight
+            w[0, 0] = torch.nextafter(w[0, 0], torch.tensor(1.0))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return model, tmp_path / "tiny.gguf"
+
+
+def compacts(model) -> list[CompactLinear]:
+    return [m for m in model.modules() if isinstance(m, CompactLinear)]
+
+
+def test_the_gguf_blocks_expand_to_the_models_fp32_weights_bit_for_bit(tmp_path):
+    model, path = gguf_llama(tmp_path)
+    assert use_compact_weights(model, path) == 2 * 7 + 1
+    assert model.specdemo_kernels == "14 Q4_1, 1 Q8_0"
+    for linear in compacts(model):
+        assert torch.equal(expand(linear.kind, linear.codes, linear.scales), linear.weight)
+        stored = linear.codes.numel() + 2 * linear.scales.numel()
+        assert stored <= 1.07 * linear.weight.numel()  # about a byte a weight (Q8_0) or less, not four
+
+
+def test_fp16_and_bf16_weights_are_kept_in_16_bits(tmp_path):
+    half, brain = llama(1, 0).half().float(), llama(1, 1).bfloat16().float()
+    assert use_compact_weights(half) == 7 + 1 and {m.kind for m in compacts(half)} == {"F16"}
+    assert use_compact_weights(brain) == 7 + 1 and "BF16" in {m.kind for m in compacts(brain)}  # F16 where exact too
+    for model in (half, brain):
+        for linear in compacts(model):
+            assert torch.equal(expand(linear.kind, linear.codes, linear.scales), linear.weight)
+    assert use_compact_weights(llama(1, 2)) == 0  # fp32 weights with 32 bits of their own: untouched
+
+
+@pytest.mark.parametrize("kind", ["gguf", "F16", "BF16"])
+def test_each_row_of_a_k_row_product_is_the_one_row_product_exactly(tmp_path, kind):
+    if kind == "gguf":
+        model, path = gguf_llama(tmp_path)
+        use_compact_weights(model, path)
+    else:
+        model = llama(2, 0).to(getattr(torch, {"F16": "float16", "BF16": "bfloat16"}[kind])).float()
+        use_compact_weights(model)
+    torch.manual_seed(1)
+    for linear in compacts(model):
+        x = torch.randn(12, linear.in_features)
+        alone = torch.cat([linear(x[i : i + 1]) for i in range(12)])
+        for k in (2, 3, 5, 9, 12):  # 9 and 12 take two passes of the kernel
+            assert torch.equal(linear(x[:k]), alone[:k])
+        exact = x.double() @ linear.weight.double().T
+        assert torch.allclose(alone.double(), exact, atol=1e-5, rtol=1e-5)
+        long = torch.randn(compact_linear.MAX_ROWS + 1, linear.in_features)  # a prompt: torch's product
+        assert torch.equal(linear(long), F.linear(long, linear.weight))
+
+
+def test_the_files_row_order_is_not_the_models_and_is_found(tmp_path):
+    """The control for the row matching: q's blocks in the file's order do not give q's weight (so a
+    loader that skipped the matching would be caught by the bitwise check), in the model's they do."""
+    import gguf
+
+    model, path = gguf_llama(tmp_path)
+    tensor = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "blk.0.attn_q.weight")
+    q_proj = model.model.layers[0].self_attn.q_proj
+    codes, scales = compact_linear.split_gguf_blocks("Q4_1", np.asarray(tensor.data), q_proj.weight.shape[0])
+    assert not torch.equal(expand("Q4_1", codes, scales), q_proj.weight)
+    found = compact_linear.from_gguf(tensor, q_proj)
+    assert torch.equal(expand("Q4_1", found.codes, found.scales), q_proj.weight)
+
+
+def test_a_matrix_that_is_not_the_ggufs_keeps_torchs_product(tmp_path):
+    model, path = gguf_llama(tmp_path, skew="model.layers.1.mlp.up_proj")
+    assert use_compact_weights(model, path) == 2 * 7
+    assert type(model.model.layers[1].mlp.up_proj) is torch.nn.Linear
+    assert isinstance(model.model.layers[0].mlp.up_proj, CompactLinear)
+
+
+def test_greedy_speculative_equals_the_baseline_and_generate_on_the_kernels(tmp_path):
+    target, path = gguf_llama(tmp_path, layers=3)
+    use_compact_weights(target, path)
+    draft = perturbed(llama(3, 0), 0.3, 5).half().float()
+    assert use_compact_weights(draft) == 3 * 7 + 1
+    rejected = 0
+    for prompt in ([1, 2, 3], [5, 9, 11, 40, 2], [7] * 20):
+        out = target.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=30, pad_token_id=0)
+        expected = out[0, len(prompt) :].tolist()
+        cfg = DecodeConfig(max_new_tokens=30, gamma=4)
+        base = run_all(baseline_steps(target, prompt, cfg, eos=eos_ids(target)))
+        spec = run_all(decode_steps(target, draft, prompt, cfg, eos=eos_ids(target)))
+        assert base.token_ids == expected and spec.token_ids == expected
+        rejected += sum(len(s.drafted) - s.accepted for s in spec.steps)
+    assert rejected > 0  # the verify's rows were cropped and re-run, not all accepted
+
+
+def test_without_a_compiler_the_model_keeps_torchs_products(tmp_path, monkeypatch):
+    model, path = gguf_llama(tmp_path)
+    monkeypatch.setattr(compact_linear, "kernels", lambda: None)
+    assert use_compact_weights(model, path) == 0
+    assert model.specdemo_kernels == "torch" and not compacts(model)
+
+
+def test_compact_fp32_is_refused_off_fp32_on_a_cpu():
+    with pytest.raises(ModelLoadError, match="CPU path for fp32 weights"):
+        quantization_config(LoadOptions(dtype="bfloat16", quantization="compact-fp32"), resolve_device("cpu"))
