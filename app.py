@@ -191,7 +191,10 @@ def build_demo() -> gr.Blocks:
                 quantization = gr.Radio(
                     list(models.QUANTIZATIONS),
                     value=first.target_options.quantization,
-                    label="Target quantization (8bit / 4bit: bitsandbytes, CUDA; int8-cpu: int8 weights on a CPU)",
+                    label=(
+                        "Target weights (8bit / 4bit: bitsandbytes, CUDA; int8-cpu: int8 weights on a CPU; "
+                        "compact-fp32: the same fp32 numbers, kept as the GGUF's 4-bit blocks or 16 bits, CPU)"
+                    ),
                 )
                 dtype = gr.Radio(list(DTYPE_CHOICES), value=first.target_options.dtype, label="dtype")
                 chat_template = gr.Checkbox(first.chat_template, label="Apply the chat template")

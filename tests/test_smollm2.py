@@ -51,6 +51,29 @@ def test_greedy_baseline_and_speculative_equal_generate_in_float32(pair):
     assert len(pair.draft) <= PRESET.draft_vocab + 1  # the reduced head is in use
 
 
+def test_the_presets_compact_fp32_runs_the_ggufs_blocks_and_stays_token_identical(pair):
+    """The CPU default keeps the target's fp32 weights as the GGUF's blocks and the draft's as fp16
+    (the same numbers): every matrix uses the kernels, greedy speculative equals the baseline and
+    ``generate()``, and its logits are the torch-product model's within fp32 rounding."""
+    from specdemo.decoding.kv import CachedLM
+
+    assert PRESET.target_options.quantization == PRESET.draft_options.quantization == "compact-fp32"
+    compact = load_pair(PRESET.target, PRESET.draft, PRESET.target_options, PRESET.draft_options, draft_vocab=8192)
+    assert compact.target.specdemo_kernels == "210 Q4_1, 1 Q8_0"  # 30 layers × 7 matrices, the output layer
+    assert compact.draft.full_model.specdemo_kernels == "29 F16"  # 4 layers × 7 matrices, its head
+    assert type(compact.draft.head).__name__ == "CompactLinear"  # and the head's 8,192 rows
+    ids = encode_prompt(compact.tokenizer, SEED_PROMPT)
+    out = compact.target.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=40)
+    expected = out[0, len(ids) :].tolist()
+    cfg = DecodeConfig(max_new_tokens=40, gamma=3)
+    assert run_all(baseline_steps(compact.target, ids, cfg, compact.eos)).token_ids == expected
+    assert run_all(decode_steps(compact.target, compact.draft, ids, cfg, compact.eos)).token_ids == expected
+    mine, theirs = CachedLM(compact.target), CachedLM(pair.target)
+    mine.forward(ids), theirs.forward(ids)
+    for token in expected[:5]:  # one-row steps: the kernels against torch's product, same weights
+        assert (mine.forward([token]) - theirs.forward([token])).abs().max() < 1e-3
+
+
 def test_first_two_tokens_follow_the_target_distribution(pair):
     """χ² on 2 tokens with the reduced-vocabulary draft; top-k 5 keeps the joint enumerable
     (25 pairs: p(x1) on the top 5, then p(x2 | x1) on its own top 5)."""

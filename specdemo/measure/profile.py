@@ -4,7 +4,8 @@ Speculative decoding pays because scoring γ + 1 tokens in one forward should co
 (t_v ≈ t_t). This measures t(k) for k = 1, 2, 3, … over a cache of a given length, as the engine
 runs it (``CachedLM.forward``: feed k ids, keep k rows of logits, crop back), and splits it into
 
-- ``layers``:  the decoder body's matrix products (aten mm / addmm / linear / bmm),
+- ``layers``:  the decoder body's matrix products (aten mm / addmm / linear / bmm, or the
+               compact-fp32 kernels),
 - ``attention``: scaled-dot-product attention,
 - ``other ops``: norms, rotary, activations, casts, cache concatenation (every other aten op),
 - ``mask``:    building the attention mask (transformers' ``create_causal_mask``),
@@ -28,10 +29,12 @@ import torch
 
 from specdemo.decoding.kv import CachedLM, synchronize
 from specdemo.decoding.sampling import SamplingConfig, to_probs
+from specdemo.models import compact_linear
 
 KS = (1, 2, 3, 4, 5, 7, 9)
 PARTS = ("layers", "attention", "other ops", "mask", "lm_head", "sampling", "python")
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::_mkl_linear"}
+MATMUL_OPS |= {compact_linear.RECORD_NAME}  # the compact-fp32 kernels (models/compact_linear.py)
 ATTENTION_OPS = {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu"}
 
 
@@ -112,12 +115,12 @@ def op_split(lm: CachedLM, prefix: list[int], new: list[int], repeats: int) -> d
     """Self CPU time per op group over ``repeats`` forwards, in ms per forward (profiler clock)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
+    with quiet_stderr(), compact_linear.recorded(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(repeats):
             time_forward(lm, prefix, new)
     groups = {"layers": 0.0, "attention": 0.0, "other ops": 0.0, "all": 0.0}
     for event in prof.key_averages():
-        if not event.key.startswith("aten::"):
+        if not event.key.startswith("aten::") and event.key != compact_linear.RECORD_NAME:
             continue
         ms = event.self_cpu_time_total / 1000 / repeats
         groups["all"] += ms
@@ -130,22 +133,21 @@ def op_split(lm: CachedLM, prefix: list[int], new: list[int], repeats: int) -> d
     return groups
 
 
-def head_weight(model) -> torch.Tensor:
-    """The output layer's weight as the forward uses it (a reduced-vocabulary draft: its N rows)."""
-    weight = getattr(model, "weight", None)  # ReducedVocabLM keeps its N rows here
-    return weight if isinstance(weight, torch.Tensor) else model.get_output_embeddings().weight
+def output_layer(model) -> torch.nn.Module:
+    """The output layer as the forward runs it (a reduced-vocabulary draft: its head of N rows)."""
+    head = getattr(model, "head", None)  # ReducedVocabLM keeps its N rows there
+    return head if isinstance(head, torch.nn.Module) else model.get_output_embeddings()
 
 
 @torch.inference_mode()
 def lm_head_ms(model, k: int, repeats: int) -> float:
-    weight = head_weight(model)
-    hidden = torch.randn(1, k, weight.shape[1], dtype=weight.dtype, device=weight.device)
-    head = model.get_output_embeddings() if weight is model.get_output_embeddings().weight else None
+    head = output_layer(model)
+    hidden = torch.randn(1, k, head.in_features, dtype=head.weight.dtype, device=head.weight.device)
     times = []
     for _ in range(repeats):
         synchronize(hidden.device)
         start = time.perf_counter()
-        head(hidden) if head is not None else torch.nn.functional.linear(hidden, weight)
+        head(hidden)
         synchronize(hidden.device)
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1000

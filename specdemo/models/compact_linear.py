@@ -29,6 +29,7 @@ torch's products, and ``model.specdemo_kernels`` says so.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -60,6 +61,8 @@ GGUF_MODULES = {
     "ffn_down": "mlp.down_proj",
 }
 
+RECORD_NAME = "specdemo::compact_linear"  # what the profile command sees the kernels as
+_recording = threading.Event()  # set while ``recorded()`` runs: the kernels then name themselves
 _build_lock = threading.Lock()
 _kernels: dict = {}  # "library" → the loaded kernels, or "error" → why they could not be built
 
@@ -105,6 +108,16 @@ def kernels() -> ctypes.CDLL | None:
         return _kernels.get("library")
 
 
+@contextlib.contextmanager
+def recorded():
+    """Let torch.profiler see the kernels (a ctypes call is no aten op) under ``RECORD_NAME``."""
+    _recording.set()
+    try:
+        yield
+    finally:
+        _recording.clear()
+
+
 class CompactLinear(nn.Module):
     """An ``nn.Linear`` (no bias) whose fp32 weight is also kept compact (see the module doc)."""
 
@@ -121,7 +134,12 @@ class CompactLinear(nn.Module):
         rows = x.reshape(-1, self.in_features)
         if rows.shape[0] > MAX_ROWS or x.dtype != torch.float32 or x.requires_grad:
             return F.linear(x, self.weight)
-        rows = rows.contiguous()
+        if _recording.is_set():
+            with torch.profiler.record_function(RECORD_NAME):
+                return self.product(x, rows.contiguous())
+        return self.product(x, rows.contiguous())
+
+    def product(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         y = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
         _kernels["library"].compact_linear(
             KINDS[self.kind],
