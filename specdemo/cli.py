@@ -28,6 +28,7 @@ from specdemo.models import (
     check_prompt,
     configure_cpu_threads,
     default_preset_name,
+    draft_options_for,
     encode_prompt,
     load_pair,
 )
@@ -64,7 +65,10 @@ def add_pair_args(p):
         "--quantization",
         choices=list(QUANTIZATIONS),
         default=None,
-        help="the target's: 8bit/4bit (bitsandbytes, CUDA), int8-cpu (int8 weights, bf16 products); default: preset's",
+        help=(
+            "the target's: 8bit/4bit (bitsandbytes, CUDA), int8-cpu (int8 weights, bf16 products), compact-fp32 "
+            "(the same fp32 weights kept as the GGUF's blocks or 16 bits, CPU; the draft follows); default: preset's"
+        ),
     )
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
 
@@ -108,7 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_args(smp)
     prec = sub.add_parser("precision", help="speed and greedy identity of a pair in several dtypes")
     add_pair_args(prec)
-    prec.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated dtypes (or int8-cpu) to compare")
+    prec.add_argument(
+        "--dtypes",
+        default="float32,bfloat16",
+        help="comma-separated dtypes (torch's products), or int8-cpu / compact-fp32 (fp32 weights on those kernels)",
+    )
     prec.add_argument("--prompts", default=None, help="a text file, one prompt per line (default: the preset's)")
     prec.add_argument("--gamma", type=int, default=4)
     prec.add_argument("--max-new-tokens", type=int, default=64)
@@ -205,8 +213,10 @@ def load_from_args(args):
     if args.dtype:
         target_options = replace(target_options, dtype=args.dtype)
         draft_options = replace(draft_options, dtype=args.dtype)
-    if getattr(args, "quantization", None):  # the target only: both sides of every speedup run it
+    if getattr(args, "quantization", None):  # the target's: both sides of every speedup run it
         target_options = replace(target_options, quantization=args.quantization)
+        # the draft is compact exactly when its target is (the same numbers either way)
+        draft_options = replace(draft_options, quantization=draft_options_for(target_options).quantization)
     draft = None if getattr(args, "method", "draft") in MODEL_FREE else (args.draft or preset.draft)
     draft_vocab = args.draft_vocab if args.draft_vocab is not None else (0 if args.draft else preset.draft_vocab)
     pair = load_pair(args.target or preset.target, draft, target_options, draft_options, draft_vocab=draft_vocab)
@@ -379,14 +389,16 @@ def cmd_precision(args) -> None:
     from specdemo.measure.precision import format_precision, precision_table
 
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    if not dtypes or any((d not in DTYPES or d == "auto") and d != "int8-cpu" for d in dtypes):
-        raise InputError(f"--dtypes takes some of float32, bfloat16, float16, int8-cpu, got {args.dtypes!r}")
+    if not dtypes or any((d not in DTYPES or d == "auto") and d not in ("int8-cpu", "compact-fp32") for d in dtypes):
+        raise InputError(
+            f"--dtypes takes some of float32, bfloat16, float16, int8-cpu, compact-fp32, got {args.dtypes!r}"
+        )
     validate_config(DecodeConfig(max_new_tokens=args.max_new_tokens, gamma=args.gamma))
     texts = bench_prompts(args.prompts or PRESETS[args.preset].prompts_file)
 
-    def load(choice: str):  # int8-cpu: fp32 weights, the target's linears in int8
-        quantization = "int8-cpu" if choice == "int8-cpu" else None
-        dtype = "float32" if quantization else choice
+    def load(choice: str):  # int8-cpu / compact-fp32: fp32 weights on those kernels; a dtype: torch's products
+        quantization = choice if choice in ("int8-cpu", "compact-fp32") else "none"
+        dtype = "float32" if quantization != "none" else choice
         return load_from_args(argparse.Namespace(**{**vars(args), "dtype": dtype, "quantization": quantization}))
 
     rows = precision_table(load, texts, lambda pair, t: encode(pair, args, t), dtypes, args.gamma, args.max_new_tokens)

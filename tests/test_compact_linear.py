@@ -16,8 +16,7 @@ from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize
 
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, eos_ids, run_all
-from specdemo.errors import ModelLoadError
-from specdemo.models import LoadOptions, compact_linear, quantization_config, resolve_device
+from specdemo.models import LoadOptions, compact_linear, load_model, quantization_config, resolve_device
 from specdemo.models.compact_linear import GGUF_MODULES, CompactLinear, expand, use_compact_weights
 
 pytestmark = pytest.mark.skipif(compact_linear.kernels() is None, reason="no C compiler for the kernels")
@@ -142,6 +141,8 @@ def test_without_a_compiler_the_model_keeps_torchs_products(tmp_path, monkeypatc
     assert model.specdemo_kernels == "torch" and not compacts(model)
 
 
-def test_compact_fp32_is_refused_off_fp32_on_a_cpu():
-    with pytest.raises(ModelLoadError, match="CPU path for fp32 weights"):
-        quantization_config(LoadOptions(dtype="bfloat16", quantization="compact-fp32"), resolve_device("cpu"))
+def test_compact_fp32_leaves_weights_that_are_not_fp32_alone(tiny_folders):
+    """The preset's default meets a dtype chosen under Advanced: bf16 weights have no fp32 to keep."""
+    model, _ = load_model(str(tiny_folders["target"]), LoadOptions(dtype="bfloat16", quantization="compact-fp32"))
+    assert model.specdemo_kernels == "torch" and not compacts(model)
+    assert quantization_config(LoadOptions(quantization="compact-fp32"), resolve_device("cpu")) is None

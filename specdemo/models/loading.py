@@ -55,11 +55,7 @@ def quantization_config(options: LoadOptions, device: torch.device):
             )
         return None  # applied after loading (int8.py), not by transformers
     if options.quantization == "compact-fp32":
-        if device.type != "cpu" or resolve_dtype(options.dtype, device) != torch.float32:
-            raise ModelLoadError(
-                "compact-fp32 is the CPU path for fp32 weights: choose dtype float32 on a CPU, or quantization none"
-            )
-        return None  # applied after loading (compact_linear.py)
+        return None  # applied after loading to fp32 weights on a CPU (compact_linear.py); else nothing to do
     if device.type != "cuda":
         raise ModelLoadError(
             f"{options.quantization} quantization runs through bitsandbytes on a CUDA GPU, and this machine "
@@ -164,7 +160,8 @@ def load_model(model_id: str, options: LoadOptions = LoadOptions()):
     if options.quantization == "compact-fp32":
         from specdemo.models.compact_linear import use_compact_weights
 
-        use_compact_weights(model, gguf_file_of(model_id))  # model.specdemo_kernels says what it found
+        # fp32 weights on a CPU only (another dtype has no fp32 to keep); model.specdemo_kernels says what it found
+        use_compact_weights(model, gguf_file_of(model_id))
     model.eval()
     return model, tokenizer
 

@@ -1,0 +1,51 @@
+"""Probe: a target step and the verify's cost curve under several kernel choices, interleaved.
+
+    python scripts/probes/verify_curve.py [--quantizations compact-fp32,none] [--rounds 5] [--repeats 7]
+
+The machine this runs on is shared: its speed drifts by tens of percent within minutes. So the
+choices are loaded side by side and measured in alternating rounds (each round: every k for one
+choice, then every k for the next), and each figure is the median over all rounds. One forward of
+k new tokens over a warm 100-token cache, as the engine runs it (``measure/profile.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from specdemo.measure.profile import KS, time_forward, warm_cache
+from specdemo.models import PRESETS, LoadOptions, load_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="smollm2-135m")
+    parser.add_argument("--quantizations", default="compact-fp32,none")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    preset = PRESETS[args.preset]
+    choices = args.quantizations.split(",")
+    caches = {}
+    for q in choices:
+        model, _ = load_model(preset.target, LoadOptions(dtype="float32", quantization=q))
+        caches[q] = (model, *warm_cache(model, 100))
+    times = {q: {k: [] for k in KS} for q in choices}
+    with torch.inference_mode():
+        for _ in range(args.rounds):
+            for q, (_, lm, prefix) in caches.items():
+                for k in KS:
+                    times[q][k] += [time_forward(lm, prefix, prefix[:k]) * 1000 for _ in range(args.repeats)]
+    for q in choices:
+        t1 = statistics.median(times[q][1])
+        curve = ", ".join(f"k={k}: {statistics.median(times[q][k]) / t1:.2f}" for k in KS[1:])
+        kernels = getattr(caches[q][0], "specdemo_kernels", "torch")
+        print(f"{q:>13} ({kernels}): t_t = {t1:.1f} ms; t_v(k)/t_t: {curve}")
+
+
+if __name__ == "__main__":
+    main()
