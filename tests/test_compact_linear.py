@@ -86,9 +86,9 @@ def test_each_row_of_a_k_row_product_is_the_one_row_product_exactly(tmp_path, ki
         use_compact_weights(model)
     torch.manual_seed(1)
     for linear in compacts(model):
-        x = torch.randn(12, linear.in_features)
-        alone = torch.cat([linear(x[i : i + 1]) for i in range(12)])
-        for k in (2, 3, 5, 9, 12):  # 9 and 12 take two passes of the kernel
+        x = torch.randn(16, linear.in_features)
+        alone = torch.cat([linear(x[i : i + 1]) for i in range(16)])
+        for k in (2, 3, 5, 9, 12, 16):  # 16 takes two passes of the kernel (12 rows, then 4)
             assert torch.equal(linear(x[:k]), alone[:k])
         exact = x.double() @ linear.weight.double().T
         assert torch.allclose(alone.double(), exact, atol=1e-5, rtol=1e-5)

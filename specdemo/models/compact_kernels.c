@@ -13,7 +13,7 @@
 
 enum { Q4_1 = 0, Q8_0 = 1, F16 = 2, BF16 = 3 };
 #define BLOCK 32
-#define MAX_ROWS 8  // rows per pass (their sums live in registers); more rows: more passes
+#define MAX_ROWS 12  // rows per pass (their sums live in registers); more rows: more passes
 
 static inline int64_t block_bytes(int kind) { return kind == Q4_1 ? 16 : kind == Q8_0 ? 32 : 64; }
 
@@ -127,7 +127,8 @@ static inline float weight_at(int kind, const uint8_t *codes, const uint16_t *sc
   }
 #endif
 
-// (rows, output rows together): about eight sums in flight, within the 16 vector registers
+// (rows, output rows together): about eight sums or more in flight, within the 16 vector registers (up to
+// 12 rows: 12 sums and a block's 4 vectors; x is read from memory by the multiply-add itself)
 DEFINE_PASS(1, 8)
 DEFINE_PASS(2, 4)
 DEFINE_PASS(3, 2)
@@ -136,10 +137,15 @@ DEFINE_PASS(5, 1)
 DEFINE_PASS(6, 1)
 DEFINE_PASS(7, 1)
 DEFINE_PASS(8, 1)
+DEFINE_PASS(9, 1)
+DEFINE_PASS(10, 1)
+DEFINE_PASS(11, 1)
+DEFINE_PASS(12, 1)
 
 typedef void (*pass_fn)(int, const float *, int64_t, const uint8_t *, const uint16_t *, float *, int64_t, int64_t,
                         int64_t);
-static const pass_fn PASSES[MAX_ROWS + 1] = {0, pass_1, pass_2, pass_3, pass_4, pass_5, pass_6, pass_7, pass_8};
+static const pass_fn PASSES[MAX_ROWS + 1] = {0,      pass_1, pass_2, pass_3, pass_4,  pass_5,  pass_6,
+                                             pass_7, pass_8, pass_9, pass_10, pass_11, pass_12};
 
 // x [rows, in] fp32; codes: the blocks' codes, row-major [out, in/32 blocks]; scales: fp16 bits, d (and m
 // for Q4_1) per block, or unused; → y [rows, out]. ``threads`` OpenMP threads (1: no parallel region).

@@ -14,7 +14,7 @@ form; for up to ``MAX_ROWS`` rows (a step, a verify) a small C kernel (``compact
 expands each block of 32 weights in registers (the GGUF's blocks as gguf-py dequantizes them)
 and multiplies it into every row at once. So:
 - the weights are bit for bit the fp32 model's (checked for every matrix before it is used);
-- a step reads a fifth (GGUF) or half (fp16 / bf16) of the bytes, and a verify of k ≤ 8 rows reads
+- a step reads a fifth (GGUF) or half (fp16 / bf16) of the bytes, and a verify of k ≤ 12 rows reads
   them once;
 - each output is summed in the same order whatever the number of rows: the k-row verify's rows
   are bit for bit the 1-row steps' (batch invariance). Against torch's fp32 product the summation
