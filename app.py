@@ -313,7 +313,11 @@ def build_demo() -> gr.Blocks:
         race_outputs = [outputs[name] for name in RACE_OUTPUTS]
         model_event = dict(concurrency_id="models", api_visibility="private", validator=validate)
         race_api = dict(api_visibility="public", api_name="race")  # the live race as a stream a client can cancel
-        race_event = run_btn.click(run, inputs_kwargs=settings, outputs=race_outputs, **(model_event | race_api))
+        # "always_last": a click just after "✓ done", while the finished race still closes, runs once it
+        # has closed instead of being dropped (gradio's default for a click ignores it while one is pending)
+        race_event = run_btn.click(
+            run, inputs_kwargs=settings, outputs=race_outputs, trigger_mode="always_last", **(model_event | race_api)
+        )
         try_event = try_btn.click(
             tries.pick, [try_method, preset], [method_label, gamma], api_visibility="private"
         ).success(run, inputs_kwargs=settings, outputs=race_outputs, **model_event)
