@@ -1,6 +1,10 @@
 """Probe: a target step and the verify's cost curve under several kernel choices, interleaved.
 
-    python scripts/probes/verify_curve.py [--quantizations compact-fp32,none] [--rounds 5] [--repeats 7]
+    python scripts/probes/verify_curve.py [--quantizations compact-fp32,none] [--rounds 5] [--repeats 7] [--draft]
+
+A choice named ``compact-fp32-heavy`` is compact-fp32 with transformers' own forward instead of the
+lean one (models/lean_forward.py). ``--draft``: the preset's draft as the engine runs it (its reduced
+vocabulary), instead of the target.
 
 The machine this runs on is shared: its speed drifts by tens of percent within minutes. So the
 choices are loaded side by side and measured in alternating rounds (each round: every k for one
@@ -16,7 +20,20 @@ import statistics
 import torch
 
 from specdemo.measure.profile import KS, time_forward, warm_cache
-from specdemo.models import PRESETS, LoadOptions, load_model
+from specdemo.models import PRESETS, LoadOptions, ModelCache, load_pair
+
+HEAVY = "-heavy"
+
+
+def load(preset, quantization: str, draft: bool):
+    """The preset's target (or draft) under ``quantization``; ``…-heavy``: without the lean forward."""
+    options = LoadOptions(dtype="float32", quantization=quantization.removesuffix(HEAVY))
+    pair = load_pair(preset.target, preset.draft, options, options, ModelCache(), preset.draft_vocab)
+    model = pair.draft if draft else pair.target
+    if quantization.endswith(HEAVY):
+        for module in (pair.target, pair.target.base_model, pair.draft.full_model, pair.draft.full_model.base_model):
+            vars(module).pop("forward", None)  # the class's forward again: transformers' own
+    return model
 
 
 def main() -> None:
@@ -26,13 +43,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--draft", action="store_true", help="the preset's draft instead of its target")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     preset = PRESETS[args.preset]
     choices = args.quantizations.split(",")
     caches = {}
     for q in choices:
-        model, _ = load_model(preset.target, LoadOptions(dtype="float32", quantization=q))
+        model = load(preset, q, args.draft)
         caches[q] = (model, *warm_cache(model, 100))
     times = {q: {k: [] for k in KS} for q in choices}
     with torch.inference_mode():
@@ -43,7 +61,8 @@ def main() -> None:
     for q in choices:
         t1 = statistics.median(times[q][1])
         curve = ", ".join(f"k={k}: {statistics.median(times[q][k]) / t1:.2f}" for k in KS[1:])
-        kernels = getattr(caches[q][0], "specdemo_kernels", "torch")
+        model = caches[q][0]
+        kernels = getattr(getattr(model, "full_model", model), "specdemo_kernels", "torch")
         print(f"{q:>13} ({kernels}): t_t = {t1:.1f} ms; t_v(k)/t_t: {curve}")
 
 

@@ -158,6 +158,23 @@ class CompactLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, weights as {self.kind}"
 
 
+def join_compact(parts) -> CompactLinear | None:
+    """One product for matrices that multiply the same rows (q, k, v; gate, up), for ≤ MAX_ROWS rows:
+    their blocks side by side, each part's buffers then views of the joined ones (no second copy).
+    Every output is still summed alone, so the joined outputs are the parts' bit for bit.
+    None unless every part is compact, of one kind and one input width."""
+    if not all(isinstance(p, CompactLinear) for p in parts) or len({(p.kind, p.in_features) for p in parts}) != 1:
+        return None
+    codes, scales = torch.cat([p.codes for p in parts]), torch.cat([p.scales for p in parts])
+    row = 0
+    for p in parts:
+        p.codes = codes[row : row + p.out_features]
+        p.scales = scales[row : row + p.out_features] if scales.numel() else p.scales
+        row += p.out_features
+    joined = nn.Linear(parts[0].in_features, row, bias=False, device="meta")  # shape only: no fp32 kept
+    return CompactLinear(joined, parts[0].kind, codes, scales)
+
+
 def expand(kind: str, codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """The fp32 matrix a compact form describes (numpy float32, as gguf-py dequantizes)."""
     rows = codes.shape[0]

@@ -159,9 +159,11 @@ def load_model(model_id: str, options: LoadOptions = LoadOptions()):
         quantize_int8_weight_only(model)
     if options.quantization == "compact-fp32":
         from specdemo.models.compact_linear import use_compact_weights
+        from specdemo.models.lean_forward import use_lean_forward
 
         # fp32 weights on a CPU only (another dtype has no fp32 to keep); model.specdemo_kernels says what it found
-        use_compact_weights(model, gguf_file_of(model_id))
+        if use_compact_weights(model, gguf_file_of(model_id)) and use_lean_forward(model):
+            model.specdemo_kernels += ", lean forward"  # transformers' numbers, fewer Python steps (lean_forward.py)
     model.eval()
     return model, tokenizer
 

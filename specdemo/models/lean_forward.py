@@ -1,0 +1,118 @@
+"""A lean forward for Llama models: transformers' own numbers, fewer Python steps.
+
+On a 2-core CPU a small model's step is not all matrices. The profile (``python -m specdemo
+profile``) of SmolLM2-135M on compact-fp32 splits a 60 ms step into ≈ 29 ms of products and ≈ 23 ms
+of small ops and Python; its 4-layer draft spends ≈ 6 of its 8.5 ms outside the products. That
+overhead is the draft's cost c, and part of every target step.
+
+This forward runs transformers' Llama modules and functions (their RMSNorm, rotary embedding,
+``apply_rotary_pos_emb``, ``sdpa_attention_forward``, ``Cache.update``, ``create_causal_mask``) in the
+order ``LlamaModel.forward`` runs them, so its logits are bit for bit transformers' (tested). It
+leaves out what a decode step does not need: the decorators that capture outputs and merge
+defaults, the keyword plumbing through every module, one ``nn.Module`` call per norm and product;
+and on compact weights (``compact_linear.py``) q, k, v are one product and gate, up another: the
+kernel sums each output alone, so a joined matrix gives the parts' outputs bit for bit.
+
+A call that asks for more than a plain step (an attention mask, position ids, hidden states:
+``generate()``, a tree verify, a feature drafter) runs transformers' forward unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from specdemo.models.compact_linear import MAX_ROWS, CompactLinear, join_compact
+
+LEAN_MODEL_TYPES = ("llama",)
+PLAIN_STEP = {"input_ids", "cache", "use_cache", "logits_to_keep"}  # what a decode step passes
+
+
+class LeanLayer:
+    """One decoder layer's modules, with its joined products where its weights are compact."""
+
+    def __init__(self, layer):
+        self.layer, attention, mlp = layer, layer.self_attn, layer.mlp
+        self.attention, self.mlp = attention, mlp
+        self.qkv_parts = (attention.q_proj, attention.k_proj, attention.v_proj)
+        self.gate_up_parts = (mlp.gate_proj, mlp.up_proj)
+        self.qkv = join_compact(self.qkv_parts)
+        self.gate_up = join_compact(self.gate_up_parts)
+        self.rotate = sys.modules[type(attention).__module__].apply_rotary_pos_emb
+
+
+def products(x: torch.Tensor, joined: CompactLinear | None, parts) -> list[torch.Tensor]:
+    """Each part's product of ``x``: one joined pass over their weights where there is one."""
+    if joined is not None and x.shape[0] * x.shape[1] <= MAX_ROWS:
+        return list(joined(x).split([p.out_features for p in parts], dim=-1))
+    return [p(x) for p in parts]
+
+
+def layer_step(lean: LeanLayer, x, position_embeddings, mask, cache, index: int) -> torch.Tensor:
+    """``LlamaDecoderLayer.forward`` (with ``LlamaAttention`` and ``LlamaMLP``), the same operations."""
+    layer, attention, mlp = lean.layer, lean.attention, lean.mlp
+    shape = (*x.shape[:-1], -1, attention.head_dim)
+    h = layer.input_layernorm.forward(x)
+    q, k, v = (t.view(shape).transpose(1, 2) for t in products(h, lean.qkv, lean.qkv_parts))
+    cos, sin = position_embeddings
+    q, k = lean.rotate(q, k, cos, sin)
+    k, v = cache.update(k, v, index)
+    a, _ = sdpa_attention_forward(attention, q, k, v, mask, dropout=0.0, scaling=attention.scaling)
+    x = x + attention.o_proj(a.reshape(*x.shape[:-1], -1).contiguous())
+    h = layer.post_attention_layernorm.forward(x)
+    gate, up = products(h, lean.gate_up, lean.gate_up_parts)
+    return x + mlp.down_proj(mlp.act_fn(gate) * up)
+
+
+def body_step(body, lean_layers: list[LeanLayer], input_ids: torch.Tensor, cache) -> torch.Tensor:
+    """``LlamaModel.forward`` for new tokens after a cache: the last hidden states [1, n, H]."""
+    x = body.embed_tokens(input_ids)
+    n = input_ids.shape[1]
+    positions = (torch.arange(n, device=x.device) + cache.get_seq_length()).unsqueeze(0)
+    mask = create_causal_mask(
+        config=body.config, inputs_embeds=x, attention_mask=None, cache=cache, position_ids=positions
+    )
+    position_embeddings = body.rotary_emb(x, position_ids=positions)
+    for index, lean in enumerate(lean_layers):
+        x = layer_step(lean, x, position_embeddings, mask, cache, index)
+    return body.norm.forward(x)
+
+
+def is_plain_step(kwargs: dict) -> bool:
+    """A decode step: new ids after a cache, nothing else asked for."""
+    return kwargs.get("cache") is not None and kwargs.get("input_ids") is not None and set(kwargs) <= PLAIN_STEP
+
+
+def use_lean_forward(model) -> bool:
+    """Give a Llama model (and its body) the lean forward for plain steps; → whether it took."""
+    if model.config.model_type not in LEAN_MODEL_TYPES or model.config._attn_implementation != "sdpa":
+        return False
+    body = model.base_model
+    lean_layers = [LeanLayer(layer) for layer in body.layers[: model.config.num_hidden_layers]]
+    full_body, full_model = body.forward, model.forward
+
+    # wraps: generate() reads the forward's signature (logits_to_keep, …): it stays transformers'
+    @functools.wraps(type(body).forward)
+    def lean_body(self, *args, **kwargs):
+        if args or not is_plain_step(kwargs) or "logits_to_keep" in kwargs:
+            return full_body(*args, **kwargs)
+        hidden = body_step(self, lean_layers, kwargs["input_ids"], kwargs["cache"])
+        return BaseModelOutputWithPast(last_hidden_state=hidden)
+
+    @functools.wraps(type(model).forward)
+    def lean_model(self, *args, **kwargs):
+        if args or not is_plain_step(kwargs):
+            return full_model(*args, **kwargs)
+        hidden = body_step(body, lean_layers, kwargs["input_ids"], kwargs["cache"])
+        keep = kwargs.get("logits_to_keep", 0)
+        return CausalLMOutputWithPast(logits=self.lm_head(hidden[:, -keep:] if keep else hidden))
+
+    body.forward = types.MethodType(lean_body, body)
+    model.forward = types.MethodType(lean_model, model)
+    return True
