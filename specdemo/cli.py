@@ -385,11 +385,14 @@ def cmd_bench(args) -> None:
     print(to_json(result) if args.json else format_table(result))
 
 
+PRECISION_KERNELS = ("int8-cpu", "compact-fp32")  # precision --dtypes: fp32 weights on these kernels
+
+
 def cmd_precision(args) -> None:
     from specdemo.measure.precision import format_precision, precision_table
 
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    if not dtypes or any((d not in DTYPES or d == "auto") and d not in ("int8-cpu", "compact-fp32") for d in dtypes):
+    if not dtypes or any((d not in DTYPES or d == "auto") and d not in PRECISION_KERNELS for d in dtypes):
         raise InputError(
             f"--dtypes takes some of float32, bfloat16, float16, int8-cpu, compact-fp32, got {args.dtypes!r}"
         )
@@ -397,7 +400,7 @@ def cmd_precision(args) -> None:
     texts = bench_prompts(args.prompts or PRESETS[args.preset].prompts_file)
 
     def load(choice: str):  # int8-cpu / compact-fp32: fp32 weights on those kernels; a dtype: torch's products
-        quantization = choice if choice in ("int8-cpu", "compact-fp32") else "none"
+        quantization = choice if choice in PRECISION_KERNELS else "none"
         dtype = "float32" if quantization != "none" else choice
         return load_from_args(argparse.Namespace(**{**vars(args), "dtype": dtype, "quantization": quantization}))
 

@@ -25,7 +25,6 @@ import types
 
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 from specdemo.models.compact_linear import MAX_ROWS, CompactLinear, join_compact
@@ -44,7 +43,7 @@ class LeanLayer:
         self.gate_up_parts = (mlp.gate_proj, mlp.up_proj)
         self.qkv = join_compact(self.qkv_parts)
         self.gate_up = join_compact(self.gate_up_parts)
-        self.rotate = sys.modules[type(attention).__module__].apply_rotary_pos_emb
+        self.rotate = sys.modules[type(attention).__module__].apply_rotary_pos_emb  # the model's own
 
 
 def products(x: torch.Tensor, joined: CompactLinear | None, parts) -> list[torch.Tensor]:
@@ -75,7 +74,8 @@ def body_step(body, lean_layers: list[LeanLayer], input_ids: torch.Tensor, cache
     x = body.embed_tokens(input_ids)
     n = input_ids.shape[1]
     positions = (torch.arange(n, device=x.device) + cache.get_seq_length()).unsqueeze(0)
-    mask = create_causal_mask(
+    modeling = sys.modules[type(body).__module__]  # where the model looks its functions up (profile times them)
+    mask = modeling.create_causal_mask(
         config=body.config, inputs_embeds=x, attention_mask=None, cache=cache, position_ids=positions
     )
     position_embeddings = body.rotary_emb(x, position_ids=positions)
