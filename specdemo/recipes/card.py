@@ -174,14 +174,15 @@ def measure_smollm2(gammas=(1, 2, 3), max_new_tokens=96, repeats=1) -> dict:
         preset.target, preset.draft, preset.target_options, preset.draft_options, draft_vocab=preset.draft_vocab
     )
     configure_cpu_threads(pair)
-    prompts = [encode_prompt(pair.tokenizer, p) for p in preset.examples]
+    held_out = [line for line in preset.prompts_file.read_text().splitlines() if line.strip()]  # the 20 instructions
+    prompts = [encode_prompt(pair.tokenizer, p) for p in held_out]
     engines = ("specdemo-baseline", "specdemo-speculative", "transformers-generate", "transformers-assisted")
     bench = run_bench(pair, prompts, list(gammas), max_new_tokens, repeats, engines=engines)
     best = max(
         (r for r in bench["rows"] if r["engine"] == "specdemo-speculative"), key=lambda r: r["speedup_over_baseline"]
     )
     samples = []
-    for prompt in preset.examples[:2]:
+    for prompt in held_out[:2]:
         ids = encode_prompt(pair.tokenizer, prompt)
         cfg = DecodeConfig(max_new_tokens=max_new_tokens, gamma=best["gamma"])
         steps = run_all(decode_steps(pair.target, pair.draft, ids, cfg, pair.eos)).steps
