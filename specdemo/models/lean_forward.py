@@ -2,7 +2,7 @@
 
 On a 2-core CPU a small model's step is not all matrices. The profile (``python -m specdemo
 profile``) of SmolLM2-135M on compact-fp32 splits a 60 ms step into ≈ 29 ms of products and ≈ 23 ms
-of small ops and Python; its 4-layer draft spends ≈ 6 of its 8.5 ms outside the products. That
+of small ops and Python; its 4-layer draft spends ≈ 5 of its 8.5 ms outside the products. That
 overhead is the draft's cost c, and part of every target step.
 
 This forward runs transformers' Llama modules and functions (their RMSNorm, rotary embedding,
