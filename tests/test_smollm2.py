@@ -59,8 +59,8 @@ def test_the_presets_compact_fp32_runs_the_ggufs_blocks_and_stays_token_identica
 
     assert PRESET.target_options.quantization == PRESET.draft_options.quantization == "compact-fp32"
     compact = load_pair(PRESET.target, PRESET.draft, PRESET.target_options, PRESET.draft_options, draft_vocab=8192)
-    assert compact.target.specdemo_kernels == "210 Q4_1, 1 Q8_0"  # 30 layers × 7 matrices, the output layer
-    assert compact.draft.full_model.specdemo_kernels == "29 F16"  # 4 layers × 7 matrices, its head
+    assert compact.target.specdemo_kernels == "210 Q4_1, 1 Q8_0, lean forward"  # 30 layers × 7 matrices, the output
+    assert compact.draft.full_model.specdemo_kernels == "29 F16, lean forward"  # 4 layers × 7 matrices, its head
     assert type(compact.draft.head).__name__ == "CompactLinear"  # and the head's 8,192 rows
     ids = encode_prompt(compact.tokenizer, SEED_PROMPT)
     out = compact.target.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=40)
