@@ -130,9 +130,15 @@ class CompactLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.threads_needed = 2 if self.in_features * self.out_features >= SMALL else 1
 
+    @staticmethod
+    def takes(x: torch.Tensor) -> bool:
+        """Whether the kernel multiplies ``x`` (else torch's product on the fp32 weight does)."""
+        rows = x.numel() // x.shape[-1]
+        return rows <= MAX_ROWS and x.dtype == torch.float32 and not x.requires_grad and x.device.type == "cpu"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        if rows.shape[0] > MAX_ROWS or x.dtype != torch.float32 or x.requires_grad or x.device.type != "cpu":
+        if not self.takes(x):
             return F.linear(x, self.weight)
         if _recording.is_set():
             with torch.profiler.record_function(RECORD_NAME):

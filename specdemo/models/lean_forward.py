@@ -27,7 +27,7 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
-from specdemo.models.compact_linear import MAX_ROWS, CompactLinear, join_compact
+from specdemo.models.compact_linear import CompactLinear, join_compact
 
 LEAN_MODEL_TYPES = ("llama",)
 PLAIN_STEP = {"input_ids", "cache", "use_cache", "logits_to_keep"}  # what a decode step passes
@@ -48,7 +48,7 @@ class LeanLayer:
 
 def products(x: torch.Tensor, joined: CompactLinear | None, parts) -> list[torch.Tensor]:
     """Each part's product of ``x``: one joined pass over their weights where there is one."""
-    if joined is not None and x.shape[0] * x.shape[1] <= MAX_ROWS:
+    if joined is not None and joined.takes(x):  # the joined product has no fp32 weight to fall back on
         return list(joined(x).split([p.out_features for p in parts], dim=-1))
     return [p(x) for p in parts]
 
