@@ -194,3 +194,36 @@ def test_tasks_ask_the_chat_prompts_again_and_only_suffix_decoding_remembers(lla
     assert rows[(REPEATED, "suffix")]["tau"] > 2 * rows[("chat", "suffix")]["tau"]
     assert rows[("story", "suffix")]["tau"] < 1.5 * rows[("chat", "suffix")]["tau"]  # reset: no memory
     assert result["best"][REPEATED] == "suffix" and "as in chat" in format_tasks(result)
+
+
+def test_bench_engines_take_turns_prompt_by_prompt_so_drift_lands_on_all_alike():
+    """Two engines doing the same work on a machine that slows down as it goes: timed in turns,
+    their ratio stays 1; the control, one engine over all prompts and then the other, shows the
+    drift as a false speedup. The kept repeat is the one with the median total."""
+    from specdemo.measure.bench import Job, Timed, time_interleaved
+
+    clock = {"work": 0}
+    log = []
+
+    class Engine(Job):
+        def __init__(self, name):
+            self.engine, self.gamma, self.starts = name, None, 0
+
+        def start(self):
+            self.starts += 1
+
+        def once(self, prompt):
+            log.append((self.engine, prompt))
+            clock["work"] += 1
+            return Timed(10, 1.0 + 0.1 * clock["work"])  # each call a little slower than the last
+
+    a, b = Engine("a"), Engine("b")
+    rows = time_interleaved([a, b], [0, 1, 2, 3], repeats=3)
+    assert log[:8] == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2), ("b", 3), ("a", 3)]
+    assert a.starts == b.starts == 3
+    ratio = rows[0].seconds / rows[1].seconds
+    assert ratio == pytest.approx(1.0)
+    assert rows[0].seconds == pytest.approx(sum(1.0 + 0.1 * w for w in (9, 12, 13, 16)))  # the middle repeat
+    clock["work"] = 0
+    one_then_other = [time_interleaved([e], [0, 1, 2, 3])[0] for e in (Engine("a"), Engine("b"))]
+    assert one_then_other[1].seconds / one_then_other[0].seconds > 1.2  # the control: drift as a "speedup"

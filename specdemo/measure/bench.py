@@ -2,7 +2,9 @@
 
 Every engine, ours and transformers', is timed the same way: wall clock around each whole
 generation (setup included, synced on CUDA), summed over the prompts; warm-up excluded;
-the repeat with the median total is kept. The per-step stopwatches (t_t, t_d, t_v below) are
+the repeat with the median total is kept. The engines take turns prompt by prompt
+(``time_interleaved``), so the drift of a shared machine's speed lands on all of them alike
+rather than in the ratios between them. The per-step stopwatches (t_t, t_d, t_v below) are
 a separate breakdown, never the clock engines are compared with.
 
 Rows (greedy decoding):
@@ -89,15 +91,58 @@ class Row:
         return self.tokens / self.seconds if self.seconds else 0.0
 
 
-def median_runs(make_runs, repeats: int) -> tuple[list[Run], float]:
-    """Run ``make_runs`` ``repeats`` times; keep the repeat with the median total time."""
-    trials = []
+@dataclass
+class Timed:
+    """One prompt through an engine that yields no steps: tokens written, wall clock around it."""
+
+    tokens: int
+    wall_s: float
+    chunks: int = 0  # vLLM: the streamed deltas (one per engine step)
+
+
+class Job:
+    """One bench row: how one prompt is timed (``once``), and how the kept repeat becomes a Row."""
+
+    engine: str
+    gamma: int | None
+
+    def start(self) -> None:
+        """Before each repeat."""
+
+    def once(self, prompt: list[int]) -> Run | Timed:
+        raise NotImplementedError
+
+    def end(self):
+        """After each repeat: what the row needs besides the prompts' results (kept with them)."""
+
+    def row(self, results: list, ended) -> Row:
+        return Row(self.engine, self.gamma, sum(r.tokens for r in results), sum(r.wall_s for r in results))
+
+
+def time_interleaved(jobs: list[Job], prompts, repeats: int = 1, bar=None) -> list[Row]:
+    """Each repeat takes the prompts one by one through every job in turn (in reverse order on
+    every second prompt), so a machine whose speed drifts from minute to minute drifts alike for
+    every row and the ratios between rows hold; per job, the repeat with the median total wall
+    clock is kept."""
+    trials = [[] for _ in jobs]
     for _ in range(repeats):
-        runs, seconds = make_runs()
-        trials.append((seconds, runs))
-    trials.sort(key=lambda t: t[0])
-    seconds, runs = trials[len(trials) // 2]
-    return runs, seconds
+        for job in jobs:
+            job.start()
+        results = [[] for _ in jobs]
+        for i, prompt in enumerate(prompts):
+            turn = list(zip(jobs, results))
+            for job, out in turn if i % 2 == 0 else reversed(turn):
+                out.append(job.once(prompt))
+            if bar is not None:
+                bar.update()
+        for job, out, kept in zip(jobs, results, trials):
+            kept.append((sum(r.wall_s for r in out), out, job.end()))
+    rows = []
+    for job, kept in zip(jobs, trials):
+        kept.sort(key=lambda t: t[0])
+        _, results, ended = kept[len(kept) // 2]
+        rows.append(job.row(results, ended))
+    return rows
 
 
 def steady(steps):
@@ -105,78 +150,92 @@ def steady(steps):
     return steps[1:] if len(steps) > 1 else steps
 
 
-def specdemo_row(engine, gamma, make_steps, prompts, repeats, device, before_repeat=None) -> Row:
-    """``before_repeat``: called before each repeat (suffix decoding empties its store there, so
-    a repeat does not draft from the answers of the one before)."""
+class SpecdemoJob(Job):
+    """specdemo's engine: ``make_steps(prompt)`` → its steps. ``before_repeat``: called before
+    each repeat (the bench empties suffix decoding's store there, so a repeat does not draft from
+    the answers of the one before)."""
 
-    def once():
-        if before_repeat:
-            before_repeat()
-        runs = [run_timed(lambda p=p: make_steps(p), device) for p in prompts]
-        return runs, sum(r.wall_s for r in runs)
+    def __init__(self, engine, gamma, make_steps, device, before_repeat=None):
+        self.engine, self.gamma, self.make_steps, self.device = engine, gamma, make_steps, device
+        self.before_repeat = before_repeat
 
-    runs, seconds = median_runs(once, repeats)
-    steps = [s for r in runs for s in r.steps]
-    tail = [s for r in runs for s in steady(r.steps)]
-    row = Row(engine, gamma, sum(len(r.token_ids) for r in runs), seconds, sum(r.seconds for r in runs))
-    if engine == "specdemo-baseline":
-        row.t_target = statistics.median(s.verify_s for s in tail)
-    else:
-        row.acceptance_rate = acceptance_rate(steps)
-        row.mean_accepted_tokens = mean_accepted_tokens(steps)
-        row.t_verify = statistics.median(s.verify_s for s in tail)
-        drafted = sum(len(s.drafted) for s in tail)
-        row.t_draft = sum(s.draft_s for s in tail) / drafted if drafted else 0.0
-        row.extra["alpha_per_position"] = acceptance_per_position(steps)
-    return row
+    def start(self) -> None:
+        if self.before_repeat:
+            self.before_repeat()
 
+    def once(self, prompt) -> Run:
+        return run_timed(lambda: self.make_steps(prompt), self.device)
 
-def transformers_row(engine, gamma, target, prompts, max_new_tokens, repeats, **generate_kwargs) -> Row:
-    device = target.device
-
-    def once():
-        tokens, seconds = 0, 0.0
-        for p in prompts:
-            ids = torch.tensor([p], device=device)
-            synchronize(device)
-            start = time.perf_counter()
-            out = target.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, **generate_kwargs)
-            synchronize(device)
-            seconds += time.perf_counter() - start
-            tokens += out.shape[1] - len(p)
-        return tokens, seconds
-
-    trials = sorted(once() for _ in range(repeats))
-    tokens, seconds = trials[len(trials) // 2]
-    return Row(engine, gamma, tokens, seconds)
+    def row(self, runs: list[Run], ended) -> Row:
+        steps = [s for r in runs for s in r.steps]
+        tail = [s for r in runs for s in steady(r.steps)]
+        row = Row(
+            self.engine,
+            self.gamma,
+            sum(len(r.token_ids) for r in runs),
+            sum(r.wall_s for r in runs),
+            sum(r.seconds for r in runs),
+        )
+        if self.engine == "specdemo-baseline":
+            row.t_target = statistics.median(s.verify_s for s in tail)
+        else:
+            row.acceptance_rate = acceptance_rate(steps)
+            row.mean_accepted_tokens = mean_accepted_tokens(steps)
+            row.t_verify = statistics.median(s.verify_s for s in tail)
+            drafted = sum(len(s.drafted) for s in tail)
+            row.t_draft = sum(s.draft_s for s in tail) / drafted if drafted else 0.0
+            row.extra["alpha_per_position"] = acceptance_per_position(steps)
+        return row
 
 
-def vllm_row(engine: str, url: str, model: str, prompts, max_new_tokens: int, repeats: int) -> Row:
+class TransformersJob(Job):
+    """``generate()`` with ``generate_kwargs``; ``prepare``: called before each prompt (assisted
+    generation reads γ from the assistant, which several rows share)."""
+
+    def __init__(self, engine, gamma, target, max_new_tokens, prepare=None, **generate_kwargs):
+        self.engine, self.gamma, self.target, self.max_new_tokens = engine, gamma, target, max_new_tokens
+        self.prepare, self.generate_kwargs = prepare, generate_kwargs
+
+    def once(self, prompt) -> Timed:
+        if self.prepare:
+            self.prepare()
+        device = self.target.device
+        ids = torch.tensor([prompt], device=device)
+        synchronize(device)
+        start = time.perf_counter()
+        out = self.target.generate(ids, do_sample=False, max_new_tokens=self.max_new_tokens, **self.generate_kwargs)
+        synchronize(device)
+        return Timed(out.shape[1] - len(prompt), time.perf_counter() - start)
+
+
+class VllmJob(Job):
     """A vLLM server (``model``: the name it serves, from ``vllm.check_role``) by the same clock:
     wall time around each whole streamed request; the speculative counters are /metrics deltas
-    around the repeat that is kept."""
-    speculates = VLLM_ENGINES[engine]
+    around the repeat (only this row's requests reach its server)."""
 
-    def once():
-        before = vllm.read_counters(url) if speculates else None
-        tokens, chunks, seconds = 0, 0, 0.0
-        for p in prompts:
-            start = time.perf_counter()
-            for ids in vllm.stream_token_deltas(url, model, p, max_new_tokens):
-                tokens += len(ids)
-                chunks += 1
-            seconds += time.perf_counter() - start
-        counters = vllm.read_counters(url) - before if speculates else None
-        return seconds, tokens, chunks, counters
+    def __init__(self, engine: str, url: str, model: str, max_new_tokens: int):
+        self.engine, self.gamma, self.url, self.model, self.max_new_tokens = engine, None, url, model, max_new_tokens
+        self.speculates = VLLM_ENGINES[engine]
 
-    trials = sorted((once() for _ in range(repeats)), key=lambda t: t[0])
-    seconds, tokens, chunks, counters = trials[len(trials) // 2]
-    row = Row(engine, None, tokens, seconds)
-    if counters is not None:
-        row.acceptance_rate = counters.acceptance_rate
-        row.mean_accepted_tokens = tokens / chunks if chunks else None  # tokens per streamed step
-        row.extra["alpha_per_position"] = counters.alpha_per_position
-    return row
+    def start(self) -> None:
+        self.before = vllm.read_counters(self.url) if self.speculates else None
+
+    def once(self, prompt) -> Timed:
+        start = time.perf_counter()
+        chunks = list(vllm.stream_token_deltas(self.url, self.model, prompt, self.max_new_tokens))
+        return Timed(sum(len(ids) for ids in chunks), time.perf_counter() - start, len(chunks))
+
+    def end(self):
+        return vllm.read_counters(self.url) - self.before if self.speculates else None
+
+    def row(self, results: list[Timed], counters) -> Row:
+        row = super().row(results, counters)
+        if counters is not None:
+            chunks = sum(r.chunks for r in results)
+            row.acceptance_rate = counters.acceptance_rate
+            row.mean_accepted_tokens = row.tokens / chunks if chunks else None  # tokens per streamed step
+            row.extra["alpha_per_position"] = counters.alpha_per_position
+        return row
 
 
 def set_assistant(draft, gamma: int) -> None:
@@ -231,8 +290,8 @@ def run_bench(
             **pad,
         )
 
-    rows = []
-    for engine, g in tqdm(jobs, desc="bench", disable=not progress):
+    timed = []
+    for engine, g in jobs:
         if engine.startswith("specdemo"):
             method = ENGINE_METHODS.get(engine, "draft")
             # the tree gets the chain's draft budget: γ nodes (k = 2 children, depth up to γ)
@@ -242,21 +301,19 @@ def run_bench(
                 make = lambda p, cfg=cfg: baseline_steps(target, p, cfg, eos)
             else:
                 make = lambda p, cfg=cfg, store=store: decode_steps(target, draft, p, cfg, eos, store=store)
-            reset = store.reset if store else None
-            rows.append(specdemo_row(engine, g, make, prompts, repeats, target.device, reset))
+            timed.append(SpecdemoJob(engine, g, make, target.device, store.reset if store else None))
         elif engine in VLLM_ENGINES:
-            rows.append(vllm_row(engine, urls[engine], served[engine], prompts, max_new_tokens, repeats))
+            timed.append(VllmJob(engine, urls[engine], served[engine], max_new_tokens))
         elif engine == "transformers-generate":
-            rows.append(transformers_row(engine, g, target, prompts, max_new_tokens, repeats, **pad))
+            timed.append(TransformersJob(engine, g, target, max_new_tokens, **pad))
         elif engine == "transformers-assisted":
-            set_assistant(assistant, g)
-            rows.append(
-                transformers_row(engine, g, target, prompts, max_new_tokens, repeats, assistant_model=assistant, **pad)
-            )
+            assist = lambda g=g: set_assistant(assistant, g)
+            timed.append(TransformersJob(engine, g, target, max_new_tokens, assist, assistant_model=assistant, **pad))
         else:
-            rows.append(
-                transformers_row(engine, g, target, prompts, max_new_tokens, repeats, prompt_lookup_num_tokens=g, **pad)
-            )
+            timed.append(TransformersJob(engine, g, target, max_new_tokens, prompt_lookup_num_tokens=g, **pad))
+    bar = tqdm(total=repeats * len(prompts), desc="bench", unit="prompt", disable=not progress)
+    rows = time_interleaved(timed, prompts, repeats, bar)
+    bar.close()
     result = summarise(rows, str(target.device))
     if skipped:
         result["skipped"] = {e: "a feature drafter drafts chains from specdemo's own verify" for e in skipped}

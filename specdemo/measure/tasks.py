@@ -4,7 +4,8 @@ Speedup depends on the task more than on anything else: input-grounded tasks (ed
 this paragraph, answer from this text) copy long spans of the prompt, where a drafter that costs
 nothing (prompt lookup) wins; open-ended chat needs a draft that knows the target. Each task file
 holds ≥ 8 entries, one JSON object a line: {"prompt": text} or {"messages": [chat turns]}.
-Every method runs the same prompts against the same baseline, wall clock around each generation.
+Every method runs the same prompts against the same baseline, wall clock around each generation,
+taking turns with it prompt by prompt (so the machine's drift lands on all of a row alike).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tqdm.auto import tqdm
 
 from specdemo.decoding.engine import SUFFIX_METHODS, DecodeConfig, baseline_steps, decode_steps
 from specdemo.decoding.suffix import SuffixStore
-from specdemo.measure.bench import specdemo_row
+from specdemo.measure.bench import SpecdemoJob, time_interleaved
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "tasks"
 NAMES = {"draft": "draft model", "feature": "feature drafter", "prompt-lookup": "prompt lookup"}
@@ -82,30 +83,20 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
     suffix_methods = [m for m, (_, _, engine_method) in drafters.items() if engine_method in SUFFIX_METHODS]
     again = "chat" in tasks and bool(suffix_methods)
     rows, best, stores = [], {}, {}
-    jobs = [(task, m) for task in tasks for m in (None, *drafters)] + (
-        [None] * (1 + len(suffix_methods)) if again else []
-    )
-    bar = tqdm(total=len(jobs), desc="methods × tasks", disable=not progress)
+    total = sum(len(prompts) for prompts in tasks.values()) + (len(tasks["chat"]) if again else 0)
+    bar = tqdm(total=total, desc="methods × tasks", unit="prompt", disable=not progress)
 
     def measure(task, prompts, methods):
-        baseline = specdemo_row(
-            "specdemo-baseline", None, lambda p: baseline_steps(target, p, base_cfg, eos), prompts, 1, target.device
-        )
-        bar.update()
+        alone = lambda p: baseline_steps(target, p, base_cfg, eos)
+        jobs = [SpecdemoJob("specdemo-baseline", None, alone, target.device)]
         for method in methods:
             draft, gamma, engine_method = drafters[method]
             cfg = replace(base_cfg, gamma=gamma, method=engine_method)
             store = stores.setdefault(method, SuffixStore()) if engine_method in SUFFIX_METHODS else None
-            row = specdemo_row(
-                method,
-                gamma,
-                lambda p, d=draft, c=cfg, s=store: decode_steps(target, d, p, c, eos, store=s),
-                prompts,
-                1,
-                target.device,
-            )
-            rows.append(method_row(task, method, row, baseline))
-            bar.update()
+            make = lambda p, d=draft, c=cfg, s=store: decode_steps(target, d, p, c, eos, store=s)
+            jobs.append(SpecdemoJob(method, gamma, make, target.device))
+        baseline, *measured = time_interleaved(jobs, prompts, 1, bar)
+        rows.extend(method_row(task, row.engine, row, baseline) for row in measured)
         best[task] = max((r for r in rows if r["task"] == task), key=lambda r: r["speedup"])["method"]
 
     for task, prompts in tasks.items():
