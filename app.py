@@ -39,6 +39,7 @@ from specdemo.app.settings import (
     Settings,
     find_problem,
     preset_fields,
+    start_note,
 )
 from specdemo.models import vllm
 from specdemo.view.render import legend_html, pane_titles
@@ -139,6 +140,7 @@ def forget(request: gr.Request):
 
 def build_demo() -> gr.Blocks:
     first = models.PRESETS[PRESET]
+    start = Settings.from_preset(PRESET)  # its measured method, γ and length where stored
     with gr.Blocks(title="specdemo: speculative decoding", delete_cache=(3600, 3600)) as demo:
         gr.Markdown(texts.TITLE)
         notice = models.default_preset_notice()
@@ -162,11 +164,12 @@ def build_demo() -> gr.Blocks:
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", size="sm")
         with gr.Row():
             example = gr.Dropdown(list(first.examples), label="Example prompts", value=None, scale=3)
-            method_label = gr.Dropdown(list(METHOD_LABELS), value="draft model", label="Method", scale=2)
-            gamma = gr.Slider(1, 32, value=first.gamma, step=1, label="γ (draft tokens per step)", scale=2)
+            method_label = gr.Dropdown(list(METHOD_LABELS), value=start.method_label, label="Method", scale=2)
+            gamma = gr.Slider(1, 32, value=start.gamma, step=1, label="γ (draft tokens per step)", scale=2)
             max_new_tokens = gr.Slider(
-                1, MAX_NEW_TOKENS, value=min(128, MAX_NEW_TOKENS), step=1, label="Max new tokens", scale=2
+                1, MAX_NEW_TOKENS, value=start.max_new_tokens, step=1, label="Max new tokens", scale=2
             )
+        start_line = gr.Markdown(start_note(PRESET), elem_id="start-note")  # the measured start, and where it is from
         with gr.Row():
             with gr.Accordion("How it works", open=False):
                 gr.Markdown(texts.HOW_IT_WORKS)
@@ -302,7 +305,8 @@ def build_demo() -> gr.Blocks:
         preset.change(
             preset_fields,
             preset,
-            [target_id, draft_id, quantization, dtype, chat_template, draft_vocab, gamma, example, prompt],
+            [target_id, draft_id, quantization, dtype, chat_template, draft_vocab]
+            + [method_label, gamma, max_new_tokens, start_line, example, prompt],
             api_visibility="private",
         )
         example.change(lambda e: e or KEEP, example, prompt, api_visibility="private")

@@ -19,6 +19,7 @@ from specdemo.decoding.tree import TreeConfig
 from specdemo.errors import InputError, SpecDemoError
 from specdemo.measure.bench import DEFAULT_ENGINES, ENGINES
 from specdemo.measure.compare import compare, comparison_record
+from specdemo.measure.defaults import CANDIDATES
 from specdemo.measure.divergence import dtype_name
 from specdemo.models import (
     DTYPES,
@@ -32,6 +33,7 @@ from specdemo.models import (
     encode_prompt,
     load_pair,
 )
+from specdemo.models.presets import DEFAULTS_DIR
 from specdemo.view.render import token_spans, tokens_ansi
 
 
@@ -155,7 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"--tasks: some of {', '.join(TASK_METHODS)}, each optionally with its γ (suffix=6)",
     )
     bench.add_argument("--task-names", default=None, help="--tasks: a comma-separated subset of the task files")
-    bench.add_argument("--out", default=None, help="--tasks: also write the table as JSON here")
+    bench.add_argument(
+        "--out", default=None, help="--tasks: also write the table as JSON here; --defaults: store them here instead"
+    )
+    bench.add_argument(
+        "--defaults",
+        action="store_true",
+        help="race --candidates on the preset's example prompts; store the fastest as the app's start",
+    )
+    bench.add_argument("--candidates", default=CANDIDATES, help="--defaults: methods at a γ each")
     serve = sub.add_parser("serve-vllm", help="start a vLLM baseline and a vLLM speculative server for the race")
     serve.add_argument("--preset", choices=list(PRESETS), default=default_preset_name())
     serve.add_argument("--speculative", choices=["ngram", "draft"], default="ngram", help="vLLM's proposer")
@@ -307,9 +317,30 @@ def task_methods(text: str) -> dict[str, int | None]:
     return chosen
 
 
+def drafter_for(method: str, pair, preset) -> tuple:
+    """A ``--methods`` name → (draft model or None, the method's own γ, the engine's method)."""
+    from specdemo.models import SMOLLM2_FEATURE
+
+    if method == "draft":
+        return pair.draft, preset.gamma, "draft"
+    if method == "prompt-lookup":
+        return None, PROMPT_LOOKUP_GAMMA, "prompt-lookup"
+    if method in ("suffix", "suffix-tree"):
+        return None, suffix.DEFAULT_GAMMA, method
+    if method == "hybrid":
+        return pair.draft, suffix.DEFAULT_GAMMA, method
+    if method == "self-int8":  # no training: the same weights with int8 arithmetic propose, fp32 verifies
+        own = replace(preset.target_options, quantization="int8-cpu")
+        return load_pair(pair.target_id, pair.target_id, preset.target_options, own).draft, SELF_DRAFT_GAMMA, "draft"
+    # the feature drafter, alone or where suffix decoding has nothing to propose
+    feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
+    if method == "feature":
+        return feature.draft, PRESETS.get("smollm2-135m-feature", preset).gamma, "draft"
+    return feature.draft, suffix.DEFAULT_GAMMA, "hybrid"
+
+
 def cmd_tasks(args) -> None:
     from specdemo.measure.tasks import encode_tasks, format_tasks, load_tasks, run_tasks
-    from specdemo.models import SMOLLM2_FEATURE
 
     chosen = task_methods(args.methods)
     methods = list(chosen)
@@ -319,29 +350,7 @@ def cmd_tasks(args) -> None:
         raise InputError(f"no task files match --task-names {args.task_names!r}")
     pair = load_from_args(args)
     preset = PRESETS[args.preset]
-    drafters = {}
-    for m in methods:
-        if m == "draft":
-            drafters[m] = (pair.draft, preset.gamma, "draft")
-        elif m == "prompt-lookup":
-            drafters[m] = (None, PROMPT_LOOKUP_GAMMA, "prompt-lookup")
-        elif m in ("suffix", "suffix-tree"):
-            drafters[m] = (None, suffix.DEFAULT_GAMMA, m)
-        elif m == "hybrid":
-            drafters[m] = (pair.draft, suffix.DEFAULT_GAMMA, m)
-        elif m == "self-int8":  # no training: the same weights with int8 arithmetic propose, fp32 verifies
-            own = replace(preset.target_options, quantization="int8-cpu")
-            drafters[m] = (
-                load_pair(pair.target_id, pair.target_id, preset.target_options, own).draft,
-                SELF_DRAFT_GAMMA,
-                "draft",
-            )
-        else:  # the feature drafter, alone or where suffix decoding has nothing to propose
-            feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
-            if m == "feature":
-                drafters[m] = (feature.draft, PRESETS.get("smollm2-135m-feature", preset).gamma, "draft")
-            else:
-                drafters[m] = (feature.draft, suffix.DEFAULT_GAMMA, "hybrid")
+    drafters = {m: drafter_for(m, pair, preset) for m in methods}
     for m, gamma in chosen.items():  # a γ given with the method wins over its own
         if gamma is not None:
             drafters[m] = (drafters[m][0], gamma, drafters[m][2])
@@ -353,9 +362,48 @@ def cmd_tasks(args) -> None:
     print(json.dumps(result) if args.json else format_tasks(result))
 
 
+def defaults_candidates(text: str) -> list[tuple[str, int]]:
+    """``draft=1,draft=2,hybrid=4`` → [(method, γ)]: a method may come at several γ, each once."""
+    chosen = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        method, _, gamma = item.partition("=")
+        if method not in TASK_METHODS or not (gamma.isdigit() and 1 <= int(gamma) <= 32):
+            chosen = []
+            break
+        chosen.append((method, int(gamma)))
+    if not chosen or len(set(chosen)) < len(chosen):
+        raise InputError(
+            f"--candidates takes methods of {', '.join(TASK_METHODS)}, each with a γ of 1–32 "
+            f"(e.g. draft=1,hybrid=4), none twice, got {text!r}"
+        )
+    return chosen
+
+
+def cmd_defaults(args) -> None:
+    from specdemo.measure.defaults import choose_defaults, format_defaults, store_defaults
+    from specdemo.recipes.card import machine
+
+    candidates = defaults_candidates(args.candidates)
+    validate_config(DecodeConfig(max_new_tokens=args.max_new_tokens))
+    preset = PRESETS[args.preset]
+    pair = load_from_args(args)
+    drafters = {}
+    for method, gamma in candidates:
+        model, _, engine_method = drafter_for(method, pair, preset)
+        drafters[(method, gamma)] = (model, gamma, engine_method)
+    prompts = [encode(pair, args, p) for p in preset.examples]
+    chosen = choose_defaults(pair.target, drafters, prompts, args.max_new_tokens, pair.eos, progress=not args.json)
+    chosen["kernels"] = getattr(pair.target, "specdemo_kernels", "torch's products")
+    path = Path(args.out) if args.out else DEFAULTS_DIR / f"{args.preset}.json"
+    store_defaults(path, args.preset, chosen, machine())
+    print(json.dumps(chosen) if args.json else f"{format_defaults(chosen)}\nstored in {path}")
+
+
 def cmd_bench(args) -> None:
     if args.tasks:
         return cmd_tasks(args)
+    if args.defaults:
+        return cmd_defaults(args)
     from specdemo.measure.bench import format_table, run_bench, to_json, write_csv
     from specdemo.models import vllm
     from specdemo.view.plots import gamma_sweep_figure

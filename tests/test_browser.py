@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
+from specdemo.app.settings import METHOD_NAMES
 from specdemo.decoding.suffix import DEFAULT_GAMMA
-from specdemo.models import smollm2_ready
+from specdemo.models import PRESETS, smollm2_ready, start_settings
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,7 +145,10 @@ def test_first_screen_is_the_race(page):
     """At 1366×768 the prompt, the pair, Run and the top of both panes show without scrolling."""
     if REAL_MODEL:
         assert page.locator("#prompt textarea").input_value() == SEED_PROMPT
-    for element in ("#prompt", "#run-btn", "#stop-btn", "#baseline-pane", "#speculative-pane"):
+        start = start_settings(PRESETS["smollm2-135m"])  # measured on the example prompts: the race starts with it
+        assert page.get_by_label("Method", exact=True).input_value() == METHOD_NAMES[start.method]
+        assert "Starts with" in page.locator("#start-note").inner_text()
+    for element in ("#prompt", "#run-btn", "#stop-btn", "#start-note", "#baseline-pane", "#speculative-pane"):
         box = page.locator(element).bounding_box()
         assert box and box["y"] + 20 < 768, element
     no_error_badge(page)

@@ -25,6 +25,7 @@ from specdemo.models import (
     load_pair,
     lowercases,
     smollm2,
+    start_settings,
     vllm,
 )
 
@@ -53,6 +54,7 @@ METHOD_LABELS = {
     "vLLM servers: baseline vs speculative": "vllm",
     "vLLM's speculative server vs specdemo's own": "vllm-vs-specdemo",
 }
+METHOD_NAMES = {method: label for label, method in METHOD_LABELS.items()}
 
 
 DTYPE_CHOICES = ("auto", "float32", "float16", "bfloat16")
@@ -86,12 +88,15 @@ class Settings:
     @classmethod
     def from_preset(cls, name: str, **changes) -> Settings:
         p = PRESETS[name]
+        start = start_settings(p)
         values = dict(
             target_id=p.target,
             draft_id=p.draft,
             quantization=p.target_options.quantization,
             dtype=p.target_options.dtype,
-            gamma=p.gamma,
+            method_label=METHOD_NAMES[start.method],
+            gamma=start.gamma,
+            max_new_tokens=min(start.max_new_tokens, MAX_NEW_TOKENS),
             chat_template=p.chat_template,
             draft_vocab=p.draft_vocab,
             prompt=p.examples[0] if p.examples else "",
@@ -239,9 +244,20 @@ def decoder(tokenizer):
     return functools.lru_cache(maxsize=65536)(lambda t: tokenizer.decode([t]))
 
 
+def start_note(name: str) -> str:
+    """One line under the race's settings: what this preset starts with, and why."""
+    start = start_settings(PRESETS[name])
+    if not start.note:
+        return ""
+    method = METHOD_NAMES[start.method]
+    return f"Starts with **{method}**, γ {start.gamma}, {start.max_new_tokens} tokens: {start.note}."
+
+
 def preset_fields(name: str) -> tuple:
-    """Selecting a preset fills the model fields, the options, γ and the example prompts."""
+    """Selecting a preset fills the model fields, the options, its measured start (method, γ,
+    length, and the line that says where they come from) and the example prompts."""
     p = PRESETS[name]
+    s = Settings.from_preset(name)
     examples = list(p.examples)
     return (
         p.target,
@@ -250,7 +266,10 @@ def preset_fields(name: str) -> tuple:
         p.target_options.dtype,
         p.chat_template,
         p.draft_vocab,
-        p.gamma,
+        s.method_label,
+        s.gamma,
+        s.max_new_tokens,
+        start_note(name),
         update(choices=examples, value=None),
         examples[0] if examples else KEEP,
     )

@@ -23,7 +23,7 @@ from specdemo.errors import InputError
 from specdemo.measure.bench import DEFAULT_ENGINES, run_bench, table_cells
 from specdemo.measure.lossless import lossless_progress
 from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens
-from specdemo.models import PRESETS, vllm
+from specdemo.models import PRESETS, start_settings, vllm
 from specdemo.view import trace as traces
 from specdemo.view.plots import (
     gamma_sweep_figure,
@@ -169,9 +169,13 @@ def forget_answers() -> str:
 
 
 def gamma_for_method(method_label: str, preset: str):
-    """A method's own best γ when it is picked: the preset's for a draft model; the model-free
-    methods propose for free, so longer (suffix decoding's length follows its match below γ)."""
+    """A method's own best γ when it is picked: the measured one for the preset's start method; the
+    preset's for a draft model; the model-free methods propose for free, so longer (suffix
+    decoding's length follows its match below γ)."""
     method = METHOD_LABELS.get(method_label)
+    start = start_settings(PRESETS[preset]) if preset in PRESETS else None
+    if start and method == start.method:
+        return start.gamma
     if method in SUFFIX_METHODS:  # the hybrid's draft model keeps its own γ
         return suffix.DEFAULT_GAMMA
     if method == "prompt-lookup":

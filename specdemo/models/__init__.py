@@ -39,10 +39,12 @@ from specdemo.models.presets import (  # noqa: F401
     SMOLLM2_FEATURE,
     STORY_OPENINGS,
     Preset,
+    StartSettings,
     default_preset_name,
     default_preset_notice,
     lowercases,
     on_zero_gpu,
     smollm2_ready,
+    start_settings,
     startup_preset,
 )

@@ -29,6 +29,7 @@ SMOLLM2_FEATURE = str(
     )
 )
 PROMPTS = ASSETS.parent / "prompts"
+DEFAULTS_DIR = ASSETS.parent / "defaults"  # each preset's measured start: method, γ, length (measure/defaults.py)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,37 @@ class Preset:
     gamma: int = 4  # the γ that measured fastest with this pair (the app's starting value)
     prompts_file: Path = PROMPTS / "instruct.txt"  # the benchmark's held-out prompts
     lowercase: bool = False  # the pair knows lower-case text only: prompts are lower-cased (with a note)
+
+
+@dataclass(frozen=True)
+class StartSettings:
+    """What a preset's race starts with: measured where assets/defaults/<preset>.json exists."""
+
+    method: str = "draft"
+    gamma: int = 4
+    max_new_tokens: int = 128
+    note: str = ""  # where the choice comes from, for the app
+
+
+def start_settings(preset: Preset, folder: Path = DEFAULTS_DIR) -> StartSettings:
+    """The preset's measured start, else its draft model at its γ. A stored method that cannot run
+    here (suffix decoding without arctic-inference) gives way to the fastest candidate that can."""
+    path = folder / f"{preset.name}.json"
+    if not path.exists():
+        return StartSettings(gamma=preset.gamma)
+    from specdemo.decoding import suffix
+    from specdemo.decoding.engine import SUFFIX_METHODS
+
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    runnable = [r for r in stored["ranked"] if suffix.available() or r["method"] not in SUFFIX_METHODS]
+    best = runnable[0]
+    note = (
+        f"the fastest of {len(stored['ranked'])} choices on its {stored['prompts']} example prompts "
+        f"({best['speedup']:.2f}× its baseline on {stored['measured']}; `bench --defaults` re-measures)"
+    )
+    if best is not stored["ranked"][0]:
+        note += f"; {stored['ranked'][0]['method']}, faster there, needs arctic-inference"
+    return StartSettings(best["method"], best["gamma"], stored["max_new_tokens"], note)
 
 
 STORY_OPENINGS = (
