@@ -12,6 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from specdemo.decoding import engine
 from specdemo.decoding.engine import DecodeConfig, sample_many
 from specdemo.decoding.sampling import SamplingConfig
+from specdemo.decoding.suffix import shared_store, vocabulary_of
 
 V = 8
 PROMPT = [1, 2, 3, 1, 2]
@@ -130,6 +131,9 @@ def test_suffix_decodings_tree_follows_the_target_distribution():
     prompt = [1, 2, 3, 1, 2, 4, 1, 2]
     sampling = SamplingConfig(temperature=1.0, seed=11)
     cfg = DecodeConfig(max_new_tokens=3, gamma=4, method="suffix-tree", sampling=sampling)
+    # the process's store starts empty here: the earlier cases' samples (same vocabulary) would
+    # otherwise offer their own continuations of "1 2", and the test would depend on their order
+    shared_store(vocabulary_of(TARGET)).reset()
     first = next(engine.decode_steps(TARGET, None, prompt, cfg))
     assert len(set(first.tree_parents)) < len(first.tree_parents)  # a node with two children
     samples = sample_many(TARGET, None, prompt, cfg, SAMPLES)
