@@ -362,18 +362,21 @@ def cmd_tasks(args) -> None:
     print(json.dumps(result) if args.json else format_tasks(result))
 
 
+START_METHODS = ("draft", "prompt-lookup", "suffix", "suffix-tree", "hybrid")  # the app's methods a race starts with
+
+
 def defaults_candidates(text: str) -> list[tuple[str, int]]:
     """``draft=1,draft=2,hybrid=4`` → [(method, γ)]: a method may come at several γ, each once."""
     chosen = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         method, _, gamma = item.partition("=")
-        if method not in TASK_METHODS or not (gamma.isdigit() and 1 <= int(gamma) <= 32):
+        if method not in START_METHODS or not (gamma.isdigit() and 1 <= int(gamma) <= 32):
             chosen = []
             break
         chosen.append((method, int(gamma)))
     if not chosen or len(set(chosen)) < len(chosen):
         raise InputError(
-            f"--candidates takes methods of {', '.join(TASK_METHODS)}, each with a γ of 1–32 "
+            f"--candidates takes methods of {', '.join(START_METHODS)}, each with a γ of 1–32 "
             f"(e.g. draft=1,hybrid=4), none twice, got {text!r}"
         )
     return chosen

@@ -80,6 +80,6 @@ def test_bench_defaults_races_the_candidates_and_stores_the_fastest(tmp_path):
     assert stored["preset"] == STORY.name and stored["ranked"] == chosen["ranked"] and len(chosen["ranked"]) == 2
     assert (chosen["method"], chosen["gamma"]) in {("draft", 2), ("prompt-lookup", 2)}
     assert chosen["prompts"] == len(STORY.examples) and "thread" in stored["measured"]
-    for bad in ("draft", "draft=1,draft=1", "magic=2"):
+    for bad in ("draft", "draft=1,draft=1", "magic=2", "self-int8=2"):  # a race starts with the app's methods
         refused = subprocess.run(command + ["--candidates", bad], capture_output=True, text=True, timeout=120)
         assert refused.returncode == 2 and "--candidates" in refused.stderr and "Traceback" not in refused.stderr
