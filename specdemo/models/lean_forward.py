@@ -24,6 +24,7 @@ import sys
 import types
 
 import torch
+import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
@@ -53,6 +54,19 @@ def products(x: torch.Tensor, joined: CompactLinear | None, parts) -> list[torch
     return [p(x) for p in parts]
 
 
+def attend(attention, q, k, v, mask) -> torch.Tensor:
+    """``sdpa_attention_forward``'s output [1, n, heads, head dim]. For a verify on a CPU (several new
+    tokens after a cache, so a mask) torch's CPU flash kernel is asked to share each key/value head
+    with its query heads (``enable_gqa``) where transformers first copies the cache once per query
+    head (``repeat_kv``: CUDA's kernels would fall back to the slow path with a mask and GQA; the CPU's
+    does not). The same kernel and sums, so the same bits (tested); measured, SmolLM2 at a 100-token
+    cache, 2 threads: 115 → 76 µs per layer at 3 new tokens, 129 → 77 at 9."""
+    if mask is None or mask.dtype != torch.bool or q.device.type != "cpu":
+        return sdpa_attention_forward(attention, q, k, v, mask, dropout=0.0, scaling=attention.scaling)[0]
+    a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attention.scaling, enable_gqa=True)
+    return a.transpose(1, 2)
+
+
 def layer_step(lean: LeanLayer, x, position_embeddings, mask, cache, index: int) -> torch.Tensor:
     """``LlamaDecoderLayer.forward`` (with ``LlamaAttention`` and ``LlamaMLP``), the same operations."""
     layer, attention, mlp = lean.layer, lean.attention, lean.mlp
@@ -62,7 +76,7 @@ def layer_step(lean: LeanLayer, x, position_embeddings, mask, cache, index: int)
     cos, sin = position_embeddings
     q, k = lean.rotate(q, k, cos, sin)
     k, v = cache.update(k, v, index)
-    a, _ = sdpa_attention_forward(attention, q, k, v, mask, dropout=0.0, scaling=attention.scaling)
+    a = attend(attention, q, k, v, mask)
     x = x + attention.o_proj(a.reshape(*x.shape[:-1], -1).contiguous())
     h = layer.post_attention_layernorm.forward(x)
     gate, up = products(h, lean.gate_up, lean.gate_up_parts)
