@@ -3,13 +3,14 @@
     python -m scripts.probes.verify_curve [--quantizations compact-fp32,none] [--rounds 5] [--repeats 7] [--draft]
 
 A choice named ``compact-fp32-heavy`` is compact-fp32 with transformers' own forward instead of the
-lean one (models/lean_forward.py). ``--draft``: the preset's draft as the engine runs it (its reduced
-vocabulary), instead of the target.
+lean one (models/lean_forward.py); ``compact-fp32-repeat-kv`` is the lean forward attending as
+transformers does (the cache copied per query head for a verify, instead of torch's ``enable_gqa``).
+``--draft``: the preset's draft as the engine runs it (its reduced vocabulary), instead of the target.
 
 The machine this runs on is shared: its speed drifts by tens of percent within minutes. So the
-choices are loaded side by side and measured in alternating rounds (each round: every k for one
-choice, then every k for the next), and each figure is the median over all rounds. One forward of
-k new tokens over a warm 100-token cache, as the engine runs it (``measure/profile.py``).
+choices are loaded side by side and take turns at every k (in reverse order every second round),
+and each figure is the median over all rounds. One forward of k new tokens over a warm 100-token
+cache, as the engine runs it (``measure/profile.py``).
 """
 
 from __future__ import annotations
@@ -18,16 +19,23 @@ import argparse
 import statistics
 
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from specdemo.measure.profile import KS, time_forward, warm_cache
-from specdemo.models import PRESETS, LoadOptions, ModelCache, load_pair
+from specdemo.models import PRESETS, LoadOptions, ModelCache, lean_forward, load_pair
 
-HEAVY = "-heavy"
+HEAVY, REPEAT_KV = "-heavy", "-repeat-kv"
+LEAN_ATTEND = lean_forward.attend
+
+
+def transformers_attend(attention, q, k, v, mask):
+    """transformers' ``sdpa_attention_forward`` (``repeat_kv`` before a masked attention)."""
+    return sdpa_attention_forward(attention, q, k, v, mask, dropout=0.0, scaling=attention.scaling)[0]
 
 
 def load(preset, quantization: str, draft: bool):
     """The preset's target (or draft) under ``quantization``; ``…-heavy``: without the lean forward."""
-    options = LoadOptions(dtype="float32", quantization=quantization.removesuffix(HEAVY))
+    options = LoadOptions(dtype="float32", quantization=quantization.removesuffix(HEAVY).removesuffix(REPEAT_KV))
     pair = load_pair(preset.target, preset.draft, options, options, ModelCache(), preset.draft_vocab)
     model = pair.draft if draft else pair.target
     if quantization.endswith(HEAVY):
@@ -54,16 +62,19 @@ def main() -> None:
         caches[q] = (model, *warm_cache(model, 100))
     times = {q: {k: [] for k in KS} for q in choices}
     with torch.inference_mode():
-        for _ in range(args.rounds):
-            for q, (_, lm, prefix) in caches.items():
-                for k in KS:
+        for round_ in range(args.rounds):
+            for k in KS:
+                for q in choices if round_ % 2 == 0 else choices[::-1]:
+                    _, lm, prefix = caches[q]
+                    lean_forward.attend = transformers_attend if q.endswith(REPEAT_KV) else LEAN_ATTEND
                     times[q][k] += [time_forward(lm, prefix, prefix[:k]) * 1000 for _ in range(args.repeats)]
     for q in choices:
         t1 = statistics.median(times[q][1])
         curve = ", ".join(f"k={k}: {statistics.median(times[q][k]) / t1:.2f}" for k in KS[1:])
+        ms = ", ".join(f"{statistics.median(times[q][k]):.1f}" for k in KS)
         model = caches[q][0]
         kernels = getattr(getattr(model, "full_model", model), "specdemo_kernels", "torch")
-        print(f"{q:>13} ({kernels}): t_t = {t1:.1f} ms; t_v(k)/t_t: {curve}")
+        print(f"{q:>13} ({kernels}): t_t = {t1:.1f} ms; t_v(k)/t_t: {curve} (ms: {ms})")
 
 
 if __name__ == "__main__":
