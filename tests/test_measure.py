@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from collections import Counter
@@ -132,6 +133,30 @@ def test_profile_times_a_forward_and_crops_the_cache_back(tiny_folders):
     assert lm.cache.get_seq_length() == 30 == len(lm.fed)  # the 5 new positions are gone again
     rows = [ProfileRow(1, 30, 10.0), ProfileRow(3, 30, 12.5), ProfileRow(1, 60, 20.0), ProfileRow(3, 60, 30.0)]
     assert ratio_curve(rows) == {30: {1: 1.0, 3: 1.25}, 60: {1: 1.0, 3: 1.5}}
+
+
+def test_the_profile_times_the_ks_in_turns_so_drift_is_no_curve(monkeypatch):
+    """Every k costing the same on a machine that slows with every forward: in turns, t(k)/t(1)
+    stays within one round's drift of 1; the control, each k's forwards one after another, shows
+    the drift as a verify cost that grows with k."""
+    from specdemo.measure import profile
+
+    calls = []
+
+    def drifting_forward(lm, prefix, new):
+        calls.append(len(new))
+        return 1.0 + 0.01 * len(calls)  # seconds: the same work, a little slower each time
+
+    monkeypatch.setattr(profile, "time_forward", drifting_forward)
+    ks = (1, 3, 9)
+    walls, masks = profile.interleaved_walls(None, list(range(20)), ks, repeats=10)
+    assert calls[9:15] == [1, 3, 9, 9, 3, 1]  # after the warm-up: turns, reversed every second round
+    assert all(len(walls[k]) == 10 for k in ks) and set(masks) == set(ks)
+    curve = {k: statistics.median(walls[k]) / statistics.median(walls[1]) for k in ks}
+    assert all(abs(r - 1) < 0.02 for r in curve.values())
+    calls.clear()
+    one_after_another = {k: statistics.median(drifting_forward(None, [], [0] * k) for _ in range(10)) for k in ks}
+    assert one_after_another[9] / one_after_another[1] > 1.15  # the control: drift read as a cost
 
 
 def test_the_task_suite_has_every_task_type_with_at_least_eight_prompts():

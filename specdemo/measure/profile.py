@@ -13,7 +13,8 @@ runs it (``CachedLM.forward``: feed k ids, keep k rows of logits, crop back), an
 - ``sampling``: turning k rows of logits into probabilities and an argmax,
 - ``python``:  what is left of the wall time (dispatch, module calls, the cache's bookkeeping).
 
-Each figure is a median over ``repeats`` forwards; the op split comes from one ``torch.profiler``
+Each figure is a median over ``repeats`` forwards, the ks taking turns (the machine's speed drifts:
+timed one k after another, the drift would show as a curve); the op split comes from one ``torch.profiler``
 pass per k (op self times; the profiler adds a little to each, so the parts can add up to slightly
 more than the unprofiled wall time, and ``python`` is then the smaller for it).
 """
@@ -166,19 +167,33 @@ def sampling_ms(model, k: int, repeats: int) -> float:
     return statistics.median(times) * 1000
 
 
+def interleaved_walls(lm: CachedLM, prefix: list[int], ks, repeats: int) -> tuple[dict, dict]:
+    """``repeats`` forwards of each k, the ks taking turns (in reverse order every second round),
+    so a machine whose speed drifts slows every k alike: {k: seconds}, {k: mask-building seconds}."""
+    walls: dict[int, list[float]] = {k: [] for k in ks}
+    masks: dict[int, list[float]] = {k: [] for k in ks}
+    for k in ks:
+        for _ in range(3):  # warm-up: first calls at a new shape pay allocation
+            time_forward(lm, prefix, prefix[:k])  # any ids: the cost depends on the shape only
+    seconds: list[float] = []
+    with timed_mask(seconds):
+        for round_ in range(repeats):
+            for k in ks if round_ % 2 == 0 else ks[::-1]:
+                seconds.clear()
+                walls[k].append(time_forward(lm, prefix, prefix[:k]))
+                masks[k].extend(seconds)
+    return walls, masks
+
+
 def profile_model(model, contexts=(100, 400), ks=KS, repeats: int = 15, split: bool = True) -> list[ProfileRow]:
     """t(k) at each context length, with its split into PARTS (``split=False``: wall times only)."""
     rows = []
     for context in contexts:
         lm, prefix = warm_cache(model, context)
+        walls, masks = interleaved_walls(lm, prefix, tuple(ks), repeats)
         for k in ks:
-            new = prefix[:k]  # any ids: the cost depends on the shape only
-            for _ in range(3):  # warm-up: first calls at a new shape pay allocation
-                time_forward(lm, prefix, new)
-            mask: list[float] = []
-            with timed_mask(mask):
-                wall = [time_forward(lm, prefix, new) for _ in range(repeats)]
-            row = ProfileRow(k, context, statistics.median(wall) * 1000)
+            new, mask = prefix[:k], masks[k]
+            row = ProfileRow(k, context, statistics.median(walls[k]) * 1000)
             if split:
                 ops = op_split(lm, prefix, new, max(3, repeats // 3))
                 head = lm_head_ms(model, k, repeats)
