@@ -56,32 +56,26 @@ static inline void expand_block(int kind, const uint8_t *codes, const uint16_t *
   }
 }
 
-// Output rows [o0, o1) for R rows of x: each block is expanded once and multiplied into every row. O
-// output rows are worked on together so that O·R sums are in flight at once (a lone sum would wait
-// on its own previous multiply-add); each y[r, o] is still one sum over i in the same order.
-#define DEFINE_PASS(R, O)                                                                                  \
+// Output rows [o0, o1) for R rows of x, one output row at a time: each block of it is expanded once and
+// multiplied into every row of x, so each thread streams its output rows' codes in order. Working on
+// 2–8 output rows together (more sums in flight) was slower on a 2-core EPYC: SmolLM2's 121 products
+// at 1 / 2 / 3 / 4 rows took 14.6 / 15.2 / 16.8 / 18.2 ms this way against 17.4 / 18.4 / 21.1 / 24.7
+// (`python -m scripts.probes.kernel_revisions --against <commit>`). The sums are the same either way.
+#define DEFINE_PASS(R)                                                                                     \
   static void pass_##R(int kind, const float *x, int64_t in, const uint8_t *codes, const uint16_t *scales, \
                        float *y, int64_t out, int64_t o0, int64_t o1) {                                   \
     const int64_t blocks = in / BLOCK, step = block_bytes(kind), per = kind == Q4_1 ? 2 : 1;             \
-    int64_t o = o0;                                                                                      \
-    for (; o < o1; o += O) {                                                                             \
-      const int together = o + O <= o1 ? O : 1; /* the rows left over: one at a time, the same sums */  \
-      __m256 acc[O][R];                                                                                  \
-      for (int u = 0; u < O; ++u)                                                                        \
-        for (int r = 0; r < R; ++r) acc[u][r] = _mm256_setzero_ps();                                     \
+    for (int64_t o = o0; o < o1; ++o) {                                                                  \
+      __m256 acc[R];                                                                                     \
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();                                          \
       for (int64_t b = 0; b < blocks; ++b) {                                                             \
-        for (int u = 0; u < together; ++u) {                                                             \
-          __m256 w[4];                                                                                   \
-          const int64_t row = o + u;                                                                     \
-          expand_block(kind, codes + (row * blocks + b) * step, scales + (row * blocks + b) * per, w);   \
-          for (int r = 0; r < R; ++r)                                                                    \
-            for (int j = 0; j < 4; ++j)                                                                  \
-              acc[u][r] = _mm256_fmadd_ps(w[j], _mm256_loadu_ps(x + r * in + b * BLOCK + 8 * j), acc[u][r]); \
-        }                                                                                                \
+        __m256 w[4];                                                                                     \
+        expand_block(kind, codes + (o * blocks + b) * step, scales + (o * blocks + b) * per, w);         \
+        for (int r = 0; r < R; ++r)                                                                      \
+          for (int j = 0; j < 4; ++j)                                                                    \
+            acc[r] = _mm256_fmadd_ps(w[j], _mm256_loadu_ps(x + r * in + b * BLOCK + 8 * j), acc[r]);     \
       }                                                                                                  \
-      for (int u = 0; u < together; ++u)                                                                 \
-        for (int r = 0; r < R; ++r) y[r * out + o + u] = sum_lanes(acc[u][r]);                           \
-      if (together == 1) o += 1 - O;                                                                     \
+      for (int r = 0; r < R; ++r) y[r * out + o] = sum_lanes(acc[r]);                                    \
     }                                                                                                    \
   }
 #else
@@ -111,7 +105,7 @@ static inline float weight_at(int kind, const uint8_t *codes, const uint16_t *sc
   return v.f;
 }
 
-#define DEFINE_PASS(R, O)                                                                                  \
+#define DEFINE_PASS(R)                                                                                     \
   static void pass_##R(int kind, const float *x, int64_t in, const uint8_t *codes, const uint16_t *scales, \
                        float *y, int64_t out, int64_t o0, int64_t o1) {                                   \
     const int64_t blocks = in / BLOCK, step = block_bytes(kind), per = kind == Q4_1 ? 2 : 1;             \
@@ -127,20 +121,20 @@ static inline float weight_at(int kind, const uint8_t *codes, const uint16_t *sc
   }
 #endif
 
-// (rows, output rows together): about eight sums or more in flight, within the 16 vector registers (up to
-// 12 rows: 12 sums and a block's 4 vectors; x is read from memory by the multiply-add itself)
-DEFINE_PASS(1, 8)
-DEFINE_PASS(2, 4)
-DEFINE_PASS(3, 2)
-DEFINE_PASS(4, 2)
-DEFINE_PASS(5, 1)
-DEFINE_PASS(6, 1)
-DEFINE_PASS(7, 1)
-DEFINE_PASS(8, 1)
-DEFINE_PASS(9, 1)
-DEFINE_PASS(10, 1)
-DEFINE_PASS(11, 1)
-DEFINE_PASS(12, 1)
+// up to 12 rows a pass: 12 sums and a block's 4 vectors within the 16 vector registers (x is read from
+// memory by the multiply-add itself)
+DEFINE_PASS(1)
+DEFINE_PASS(2)
+DEFINE_PASS(3)
+DEFINE_PASS(4)
+DEFINE_PASS(5)
+DEFINE_PASS(6)
+DEFINE_PASS(7)
+DEFINE_PASS(8)
+DEFINE_PASS(9)
+DEFINE_PASS(10)
+DEFINE_PASS(11)
+DEFINE_PASS(12)
 
 typedef void (*pass_fn)(int, const float *, int64_t, const uint8_t *, const uint16_t *, float *, int64_t, int64_t,
                         int64_t);
