@@ -7,7 +7,8 @@ overhead is the draft's cost c, and part of every target step.
 
 This forward runs transformers' Llama modules and functions (their RMSNorm, rotary embedding,
 ``apply_rotary_pos_emb``, ``sdpa_attention_forward``, ``Cache.update``, ``create_causal_mask``) in the
-order ``LlamaModel.forward`` runs them, so its logits are bit for bit transformers' (tested). It
+order ``LlamaModel.forward`` runs them (for a verify on a CPU, torch's attention with shared key/value
+heads, see ``attend``), so its logits are bit for bit transformers' (tested). It
 leaves out what a decode step does not need: the decorators that capture outputs and merge
 defaults, the keyword plumbing through every module, one ``nn.Module`` call per norm and product;
 and on compact weights (``compact_linear.py``) q, k, v are one product and gate, up another: the
