@@ -164,7 +164,9 @@ def build_demo() -> gr.Blocks:
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", size="sm")
         with gr.Row():
             example = gr.Dropdown(list(first.examples), label="Example prompts", value=None, scale=3)
-            method_label = gr.Dropdown(list(METHOD_LABELS), value=start.method_label, label="Method", scale=2)
+            method_label = gr.Dropdown(
+                list(METHOD_LABELS), value=start.method_label, label="Method", scale=2, elem_id="method"
+            )
             gamma = gr.Slider(1, 32, value=start.gamma, step=1, label="γ (draft tokens per step)", scale=2)
             max_new_tokens = gr.Slider(
                 1, MAX_NEW_TOKENS, value=start.max_new_tokens, step=1, label="Max new tokens", scale=2

@@ -151,7 +151,37 @@ def test_first_screen_is_the_race(page):
     for element in ("#prompt", "#run-btn", "#stop-btn", "#start-note", "#baseline-pane", "#speculative-pane"):
         box = page.locator(element).bounding_box()
         assert box and box["y"] + 20 < 768, element
+    method_name_stops_before_the_arrow(page)
     no_error_badge(page)
+
+
+# Where the Method box's text may run to, the dropdown arrow's left edge, and whether it can overflow.
+METHOD_BOX = """() => { const box = document.querySelector('#method input');
+  const arrow = document.querySelector('#method .icon-wrap');
+  const style = getComputedStyle(box), rect = box.getBoundingClientRect();
+  return {text_end: rect.right - parseFloat(style.paddingRight), arrow: arrow.getBoundingClientRect().left,
+          ellipsis: style.textOverflow === 'ellipsis', overflows: box.scrollWidth > box.clientWidth}; }"""
+
+
+def method_name_stops_before_the_arrow(page):
+    """The longest method names (the hybrid's) end in "…" before the dropdown's arrow, instead of
+    running under it; the control, the box without the app's padding, lets the text under the arrow."""
+    box = page.get_by_label("Method", exact=True)
+    shown = box.input_value()
+
+    def measure(label: str) -> dict:
+        box.evaluate("(input, label) => { input.value = label; }", label)
+        return page.evaluate(METHOD_BOX)
+
+    try:
+        for label in (METHOD_NAMES["hybrid"], METHOD_NAMES["draft"]):
+            m = measure(label)
+            assert m["text_end"] <= m["arrow"] + 0.5 and (m["ellipsis"] or not m["overflows"]), (label, m)
+        box.evaluate("(input) => { input.style.paddingRight = '0px'; }")
+        unstyled = measure(METHOD_NAMES["hybrid"])
+        assert unstyled["overflows"] and unstyled["text_end"] > unstyled["arrow"]  # the control
+    finally:
+        box.evaluate("(input, label) => { input.style.paddingRight = ''; input.value = label; }", shown)
 
 
 VISIBLE = "(selector) => [...document.querySelectorAll(selector)].filter(e => e.offsetParent !== null).length"
