@@ -27,10 +27,7 @@ def build(source: str, folder: Path, name: str) -> ctypes.CDLL:
     c, so = folder / f"{name}.c", folder / f"{name}.so"
     c.write_text(source)
     subprocess.run(["cc", *compact_linear.compiler_flags(), "-o", str(so), str(c)], check=True)
-    library = ctypes.CDLL(str(so))
-    library.compact_linear.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    library.compact_linear.argtypes += [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_int]
-    return library
+    return compact_linear.load_library(so)
 
 
 def products(model) -> list:

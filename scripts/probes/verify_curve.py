@@ -19,18 +19,12 @@ import argparse
 import statistics
 
 import torch
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from specdemo.measure.profile import KS, time_forward, warm_cache
 from specdemo.models import PRESETS, LoadOptions, ModelCache, lean_forward, load_pair
 
 HEAVY, REPEAT_KV = "-heavy", "-repeat-kv"
 LEAN_ATTEND = lean_forward.attend
-
-
-def transformers_attend(attention, q, k, v, mask):
-    """transformers' ``sdpa_attention_forward`` (``repeat_kv`` before a masked attention)."""
-    return sdpa_attention_forward(attention, q, k, v, mask, dropout=0.0, scaling=attention.scaling)[0]
 
 
 def load(preset, quantization: str, draft: bool):
@@ -66,7 +60,7 @@ def main() -> None:
             for k in KS:
                 for q in choices if round_ % 2 == 0 else choices[::-1]:
                     _, lm, prefix = caches[q]
-                    lean_forward.attend = transformers_attend if q.endswith(REPEAT_KV) else LEAN_ATTEND
+                    lean_forward.attend = lean_forward.transformers_attend if q.endswith(REPEAT_KV) else LEAN_ATTEND
                     times[q][k] += [time_forward(lm, prefix, prefix[:k]) * 1000 for _ in range(args.repeats)]
     for q in choices:
         t1 = statistics.median(times[q][1])

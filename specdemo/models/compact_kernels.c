@@ -59,7 +59,7 @@ static inline void expand_block(int kind, const uint8_t *codes, const uint16_t *
 // Output rows [o0, o1) for R rows of x, one output row at a time: each block of it is expanded once and
 // multiplied into every row of x, so each thread streams its output rows' codes in order. Working on
 // 2–8 output rows together (more sums in flight) was slower on a 2-core EPYC: SmolLM2's 121 products
-// at 1 / 2 / 3 / 4 rows took 14.6 / 15.2 / 16.8 / 18.2 ms this way against 17.4 / 18.4 / 21.1 / 24.7
+// at 1 / 2 / 3 / 4 rows took 16.0 / 16.8 / 17.7 / 19.8 ms this way against 21.4 / 22.0 / 24.0 / 27.3
 // (`python -m scripts.probes.kernel_revisions --against <commit>`). The sums are the same either way.
 #define DEFINE_PASS(R)                                                                                     \
   static void pass_##R(int kind, const float *x, int64_t in, const uint8_t *codes, const uint16_t *scales, \

@@ -86,6 +86,15 @@ def library_path() -> Path:
     return smollm2.cache_dir() / "kernels" / f"compact_kernels-{key}.so"
 
 
+def load_library(path: Path) -> ctypes.CDLL:
+    """A built kernel library, its ``compact_linear`` typed for ctypes."""
+    library = ctypes.CDLL(str(path))
+    library.compact_linear.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    library.compact_linear.argtypes += [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_int]
+    library.compact_linear.restype = None
+    return library
+
+
 def kernels() -> ctypes.CDLL | None:
     """The kernels, compiled on first use by the C compiler (≈ 1 s, then cached), or None."""
     with _build_lock:
@@ -100,11 +109,7 @@ def kernels() -> ctypes.CDLL | None:
                 command = [compiler, *compiler_flags(), "-o", str(partial), str(KERNEL_SOURCE)]
                 subprocess.run(command, check=True, capture_output=True, text=True)
                 partial.replace(path)  # whole or not at all
-            library = ctypes.CDLL(str(path))
-            library.compact_linear.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-            library.compact_linear.argtypes += [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_int]
-            library.compact_linear.restype = None
-            _kernels["library"] = library
+            _kernels["library"] = load_library(path)
         except (OSError, subprocess.CalledProcessError) as error:  # no compiler, …: torch's products stay
             detail = (getattr(error, "stderr", "") or str(error)).strip()
             _kernels["error"] = detail.splitlines()[0] if detail else type(error).__name__
