@@ -73,18 +73,45 @@ def attend(attention, q, k, v, mask) -> torch.Tensor:
     return a.transpose(1, 2)
 
 
-def layer_step(lean: LeanLayer, x, position_embeddings, mask, cache, index: int) -> torch.Tensor:
+def norm(module, x: torch.Tensor) -> torch.Tensor:
+    """``LlamaRMSNorm``: x · rsqrt(mean(x²) + ε) · weight, as torch's one ``rms_norm`` call (the same
+    operations, one dispatch instead of eight; bit for bit, tested)."""
+    return F.rms_norm(x, module.weight.shape, module.weight, module.variance_epsilon)
+
+
+def rotation(position_embeddings) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin for ``rotate``, once per forward: [1, 1, n, head dim], sin's first half negated."""
+    cos, sin = (t.unsqueeze(1) for t in position_embeddings)
+    half = sin.shape[-1] // 2
+    return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """``apply_rotary_pos_emb``'s x·cos + rotate_half(x)·sin with rotate_half(x) = (−x₂, x₁): written
+    (x₂, x₁)·(−sin₁, sin₂), the same products (a sign flip is exact), in 4 operations instead of 7;
+    q and k go through it together where their product is joined."""
+    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
+    return x * cos + swapped * signed_sin
+
+
+def layer_step(lean: LeanLayer, x, rotary, mask, cache, index: int) -> torch.Tensor:
     """``LlamaDecoderLayer.forward`` (with ``LlamaAttention`` and ``LlamaMLP``), the same operations."""
     layer, attention, mlp = lean.layer, lean.attention, lean.mlp
     shape = (*x.shape[:-1], -1, attention.head_dim)
-    h = layer.input_layernorm.forward(x)
-    q, k, v = (t.view(shape).transpose(1, 2) for t in products(h, lean.qkv, lean.qkv_parts))
-    cos, sin = position_embeddings
-    q, k = lean.rotate(q, k, cos, sin)
+    h = norm(layer.input_layernorm, x)
+    if lean.qkv is not None and lean.qkv.takes(h):  # q and k side by side: one rotation
+        q_size = lean.qkv_parts[0].out_features
+        qk, v = lean.qkv(h).split([q_size + lean.qkv_parts[1].out_features, lean.qkv_parts[2].out_features], -1)
+        qk = rotate(qk.view(shape).transpose(1, 2), *rotary)
+        heads = q_size // attention.head_dim
+        q, k, v = qk[:, :heads], qk[:, heads:], v.view(shape).transpose(1, 2)
+    else:
+        q, k, v = (t.view(shape).transpose(1, 2) for t in products(h, None, lean.qkv_parts))
+        q, k = rotate(q, *rotary), rotate(k, *rotary)
     k, v = cache.update(k, v, index)
     a = attend(attention, q, k, v, mask)
     x = x + attention.o_proj(a.reshape(*x.shape[:-1], -1).contiguous())
-    h = layer.post_attention_layernorm.forward(x)
+    h = norm(layer.post_attention_layernorm, x)
     gate, up = products(h, lean.gate_up, lean.gate_up_parts)
     return x + mlp.down_proj(mlp.act_fn(gate) * up)
 
@@ -98,10 +125,10 @@ def body_step(body, lean_layers: list[LeanLayer], input_ids: torch.Tensor, cache
     mask = modeling.create_causal_mask(
         config=body.config, inputs_embeds=x, attention_mask=None, cache=cache, position_ids=positions
     )
-    position_embeddings = body.rotary_emb(x, position_ids=positions)
+    rotary = rotation(body.rotary_emb(x, position_ids=positions))
     for index, lean in enumerate(lean_layers):
-        x = layer_step(lean, x, position_embeddings, mask, cache, index)
-    return body.norm.forward(x)
+        x = layer_step(lean, x, rotary, mask, cache, index)
+    return norm(body.norm, x)
 
 
 def is_plain_step(kwargs: dict) -> bool:
