@@ -5,10 +5,11 @@ profile``) of SmolLM2-135M on compact-fp32 splits a 60 ms step into ≈ 29 ms of
 of small ops and Python; its 4-layer draft spends ≈ 5 of its 8.5 ms outside the products. That
 overhead is the draft's cost c, and part of every target step.
 
-This forward runs transformers' Llama modules and functions (their RMSNorm, rotary embedding,
-``apply_rotary_pos_emb``, ``sdpa_attention_forward``, ``Cache.update``, ``create_causal_mask``) in the
-order ``LlamaModel.forward`` runs them (for a verify on a CPU, torch's attention with shared key/value
-heads, see ``attend``), so its logits are bit for bit transformers' (tested). It
+This forward runs transformers' Llama modules and functions (their rotary embedding,
+``sdpa_attention_forward``, ``Cache.update``, ``create_causal_mask``) in the order
+``LlamaModel.forward`` runs them, and where one torch call does the same arithmetic as several, that
+call: the RMSNorm as ``F.rms_norm``, the rotation as ``rotate``, a verify's attention on a CPU with
+shared key/value heads (``attend``). So its logits are bit for bit transformers' (tested). It
 leaves out what a decode step does not need: the decorators that capture outputs and merge
 defaults, the keyword plumbing through every module, one ``nn.Module`` call per norm and product;
 and on compact weights (``compact_linear.py``) q, k, v are one product and gate, up another: the
@@ -45,7 +46,6 @@ class LeanLayer:
         self.gate_up_parts = (mlp.gate_proj, mlp.up_proj)
         self.qkv = join_compact(self.qkv_parts)
         self.gate_up = join_compact(self.gate_up_parts)
-        self.rotate = sys.modules[type(attention).__module__].apply_rotary_pos_emb  # the model's own
 
 
 def products(x: torch.Tensor, joined: CompactLinear | None, parts) -> list[torch.Tensor]:
