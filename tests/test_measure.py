@@ -75,11 +75,26 @@ def test_bench_smoke_on_the_bundled_pair(tmp_path):
             "transformers-prompt-lookup",
         ):
             assert (e, g) in engines
+    assert {row["same_tokens"] for row in rows} == {"2/2"}  # greedy fp32: every engine writes the baseline's tokens
     spec = [row for row in rows if row["engine"] == "specdemo-speculative"]
     for row in spec:
         assert 0 <= row["acceptance_rate"] <= 1 and row["cost_ratio"] > 0
         assert row["measured_over_predicted"] > 0 and row["tokens_per_second"] > 0
     assert csv_path.read_text().startswith("acceptance_rate") and "plotly" in plot_path.read_text()
+
+
+def test_same_tokens_counts_the_prompts_whose_tokens_are_the_references():
+    """A trailing end-of-sequence token is no difference (vLLM's stream leaves it out); one token
+    changed, or one missing mid-answer, is."""
+    from specdemo.measure.bench import Timed, same_tokens
+
+    def runs(*answers):
+        return [Timed(len(a), 1.0, token_ids=a) for a in answers]
+
+    reference = runs([5, 6, 7, 2], [8, 9], [1, 2, 3])
+    assert same_tokens(runs([5, 6, 7], [8, 9, 2], [1, 2, 3]), reference, eos={2}) == (3, 3)
+    assert same_tokens(runs([5, 6, 7, 2], [8, 4], [1, 3]), reference, eos={2}) == (1, 3)  # the control
+    assert same_tokens(runs([5, 6, 7], [8, 9], [1, 2, 3]), reference) == (2, 3)  # without eos, 2 is a token
 
 
 def test_bench_rejects_bad_gammas():

@@ -84,6 +84,7 @@ class Row:
     t_target: float | None = None
     t_draft: float | None = None
     t_verify: float | None = None
+    same_tokens: tuple[int, int] | None = None  # (prompts whose tokens equal the first row's, prompts)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -98,6 +99,7 @@ class Timed:
     tokens: int
     wall_s: float
     chunks: int = 0  # vLLM: the streamed deltas (one per engine step)
+    token_ids: list[int] = field(default_factory=list)
 
 
 class Job:
@@ -119,11 +121,24 @@ class Job:
         return Row(self.engine, self.gamma, sum(r.tokens for r in results), sum(r.wall_s for r in results))
 
 
-def time_interleaved(jobs: list[Job], prompts, repeats: int = 1, bar=None) -> list[Row]:
+def same_tokens(results: list, reference: list, eos=()) -> tuple[int, int]:
+    """(how many prompts got exactly the reference's tokens, how many prompts). A trailing
+    end-of-sequence token does not count: some engines return it, some (vLLM's stream) do not."""
+
+    def text(ids):
+        ids = list(ids)
+        while ids and ids[-1] in eos:
+            ids.pop()
+        return ids
+
+    return sum(text(r.token_ids) == text(ref.token_ids) for r, ref in zip(results, reference)), len(reference)
+
+
+def time_interleaved(jobs: list[Job], prompts, repeats: int = 1, bar=None, eos=()) -> list[Row]:
     """Each repeat takes the prompts one by one through every job in turn (in reverse order on
     every second prompt), so a machine whose speed drifts from minute to minute drifts alike for
     every row and the ratios between rows hold; per job, the repeat with the median total wall
-    clock is kept."""
+    clock is kept, and its tokens are compared with the first job's (``same_tokens``)."""
     trials = [[] for _ in jobs]
     for _ in range(repeats):
         for job in jobs:
@@ -137,11 +152,13 @@ def time_interleaved(jobs: list[Job], prompts, repeats: int = 1, bar=None) -> li
                 bar.update()
         for job, out, kept in zip(jobs, results, trials):
             kept.append((sum(r.wall_s for r in out), out, job.end()))
-    rows = []
+    rows, reference = [], None
     for job, kept in zip(jobs, trials):
         kept.sort(key=lambda t: t[0])
         _, results, ended = kept[len(kept) // 2]
+        reference = reference or results
         rows.append(job.row(results, ended))
+        rows[-1].same_tokens = same_tokens(results, reference, eos)
     return rows
 
 
@@ -205,7 +222,8 @@ class TransformersJob(Job):
         start = time.perf_counter()
         out = self.target.generate(ids, do_sample=False, max_new_tokens=self.max_new_tokens, **self.generate_kwargs)
         synchronize(device)
-        return Timed(out.shape[1] - len(prompt), time.perf_counter() - start)
+        wall_s = time.perf_counter() - start
+        return Timed(out.shape[1] - len(prompt), wall_s, token_ids=out[0, len(prompt) :].tolist())
 
 
 class VllmJob(Job):
@@ -223,7 +241,8 @@ class VllmJob(Job):
     def once(self, prompt) -> Timed:
         start = time.perf_counter()
         chunks = list(vllm.stream_token_deltas(self.url, self.model, prompt, self.max_new_tokens))
-        return Timed(sum(len(ids) for ids in chunks), time.perf_counter() - start, len(chunks))
+        wall_s = time.perf_counter() - start
+        return Timed(sum(len(ids) for ids in chunks), wall_s, len(chunks), [t for ids in chunks for t in ids])
 
     def end(self):
         return vllm.read_counters(self.url) - self.before if self.speculates else None
@@ -312,7 +331,7 @@ def run_bench(
         else:
             timed.append(TransformersJob(engine, g, target, max_new_tokens, prompt_lookup_num_tokens=g, **pad))
     bar = tqdm(total=repeats * len(prompts), desc="bench", unit="prompt", disable=not progress)
-    rows = time_interleaved(timed, prompts, repeats, bar)
+    rows = time_interleaved(timed, prompts, repeats, bar, eos)
     bar.close()
     result = summarise(rows, str(target.device))
     if skipped:
@@ -345,6 +364,7 @@ def summarise(rows: list[Row], device: str) -> dict:
             "paper_speedup": None,
             "predicted_speedup": None,
             "measured_over_predicted": None,
+            "same_tokens": f"{r.same_tokens[0]}/{r.same_tokens[1]}" if r.same_tokens else None,
             **r.extra,
         }
         if r.engine == "specdemo-speculative" and t_t:
@@ -379,6 +399,7 @@ COLUMNS = [
     ("gamma", "γ", "{}"),
     ("tokens_per_second", "tokens/s", "{:.1f}"),
     ("speedup_over_baseline", "× baseline", "{:.2f}"),
+    ("same_tokens", "same tokens", "{}"),  # prompts whose tokens are the baseline's, of all
     ("acceptance_rate", "acceptance", "{:.2f}"),
     ("alpha_per_position", "α by position", "{}"),
     ("mean_accepted_tokens", "τ", "{:.2f}"),
