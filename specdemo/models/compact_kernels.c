@@ -61,6 +61,9 @@ static inline void expand_block(int kind, const uint8_t *codes, const uint16_t *
 // 2–8 output rows together (more sums in flight) was slower on a 2-core EPYC: SmolLM2's 121 products
 // at 1 / 2 / 3 / 4 rows took 16.0 / 16.8 / 17.7 / 19.8 ms this way against 21.4 / 22.0 / 24.0 / 27.3
 // (`python -m scripts.probes.kernel_revisions --against <commit>`). The sums are the same either way.
+// Two sums per row (even and odd blocks, or 8-lane groups: shorter chains of multiply-adds) took 1.0-2.5 ms
+// off the 1-row step but, as the order must be the same for every row count, cost 1-8 ms from 6 rows on
+// (24 sums do not fit 16 registers), so a tree's verify and a short prompt paid more than a step saved.
 #define DEFINE_PASS(R)                                                                                     \
   static void pass_##R(int kind, const float *x, int64_t in, const uint8_t *codes, const uint16_t *scales, \
                        float *y, int64_t out, int64_t o0, int64_t o1) {                                   \
