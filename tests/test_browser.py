@@ -342,6 +342,9 @@ def test_step_inspector_theory_benchmark_and_check_tabs(page):
     assert shown == 1, f"{shown} progress indicators while the sweep runs (one, on its figure)"
     page.get_by_text("specdemo-speculative").first.wait_for(timeout=300_000)
     no_error_badge(page)
+    table = page.locator("table").filter(has_text="same tokens").first
+    assert "1/1" in table.inner_text()  # greedy fp32: the speculative row wrote the baseline's tokens
+    page.screenshot(path=str(ARTIFACTS / "browser-benchmark-tab.png"), full_page=True)
 
     page.get_by_role("tab", name="Losslessness check").click()
     set_number(page, "samples per side", 50)

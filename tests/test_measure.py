@@ -97,6 +97,21 @@ def test_same_tokens_counts_the_prompts_whose_tokens_are_the_references():
     assert same_tokens(runs([5, 6, 7], [8, 9], [1, 2, 3]), reference) == (2, 3)  # without eos, 2 is a token
 
 
+def test_the_bench_table_leaves_out_the_columns_no_engine_has_a_figure_for():
+    from specdemo.measure.bench import Row, summarise, table_cells
+
+    base = Row("specdemo-baseline", None, 100, 4.0, t_target=0.04)
+    spec = Row("specdemo-speculative", 2, 100, 3.0, acceptance_rate=0.5, mean_accepted_tokens=2.0)
+    spec.t_draft, spec.t_verify, spec.same_tokens = 0.004, 0.05, (3, 3)
+    headers, rows = table_cells(summarise([base, spec], "cpu"))
+    assert headers[:5] == ["engine", "γ", "tokens/s", "× baseline", "same tokens"]
+    assert "acceptance" in headers and "× transformers generate" not in headers and "× vLLM baseline" not in headers
+    assert all(len(row) == len(headers) for row in rows) and rows[1][4] == "3/3"
+    hf = Row("transformers-generate", None, 100, 5.0)
+    headers, _ = table_cells(summarise([base, hf, spec], "cpu"))
+    assert "× transformers generate" in headers  # the control: a row with that figure brings its column
+
+
 def test_bench_rejects_bad_gammas():
     r = subprocess.run(
         [sys.executable, "-m", "specdemo", "bench", "--gammas", "0,40"], capture_output=True, text=True, timeout=120

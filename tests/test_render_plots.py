@@ -7,7 +7,7 @@ import pytest
 
 from specdemo.decoding.engine import Step
 from specdemo.measure.race import RaceState
-from specdemo.view.plots import live_figures, running_speedup
+from specdemo.view.plots import gamma_sweep_figure, live_figures, running_speedup
 from specdemo.view.render import legend_html, step_table_html, summary_html, token_spans, tokens_html
 
 WORDS = {1: "a", 2: "<b>", 3: "c", 4: "d", 5: "&e", 6: "f", 7: "g"}
@@ -154,3 +154,17 @@ def test_a_suffix_proposal_says_on_hover_where_it_was_seen():
     assert html.count("proposed from an earlier answer: “ac&amp;ef”") == 2  # both drafted tokens, escaped
     plain = tokens_html(token_spans(spec_steps(), decode), greedy=True)
     assert "proposed from" not in plain  # a draft model's tokens have no source
+
+
+def test_the_gamma_sweeps_theory_curve_spans_the_gammas_measured():
+    def row(gamma, speedup):
+        return {"engine": "specdemo-speculative", "gamma": gamma, "speedup_over_baseline": speedup,
+                "predicted_speedup": speedup, "acceptance_rate": 0.6, "cost_ratio": 0.1}  # fmt: skip
+
+    baseline = {"engine": "specdemo-baseline", "gamma": None}
+    figure = gamma_sweep_figure([baseline, row(3, 1.1), row(1, 1.2), row(2, 1.3)])
+    measured, predicted, theory = figure.data
+    assert list(measured.x) == list(predicted.x) == [1, 2, 3]
+    assert list(theory.x) == [1, 2, 3] and theory.mode == "lines"
+    single = gamma_sweep_figure([baseline, row(2, 1.0)]).data[2]
+    assert list(single.x) == [2] and single.mode == "markers"  # one γ: one point, no curve past it

@@ -68,6 +68,7 @@ def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_t
         t_t = next(r["t_target"] for r in result["rows"] if r["engine"] == "specdemo-baseline")
         note = (
             f"× baseline: tokens/s over specdemo's own baseline, same weights, wall clock. "
+            f"same tokens: the prompts on which the engine wrote exactly the baseline's tokens. "
             f"t_t (one target step) = {t_t * 1e3:.1f} ms on {result['device']}."
         )
         return gamma_sweep_figure(result["rows"]), table_html(headers, rows, note)

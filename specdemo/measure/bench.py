@@ -413,8 +413,12 @@ COLUMNS = [
 ]
 
 
+ALWAYS_SHOWN = 5  # engine, γ, tokens/s, × baseline, same tokens; the other columns only where a row has a figure
+
+
 def table_cells(result: dict) -> tuple[list[str], list[list[str]]]:
-    """(headers, rows of formatted cells; "–" where a figure does not apply)."""
+    """(headers, rows of formatted cells; "–" where a figure does not apply). A column no row has a
+    figure for (the vLLM and transformers ratios when those engines did not run) is left out."""
 
     def cell(r, key, fmt):
         value = r.get(key)
@@ -424,7 +428,9 @@ def table_cells(result: dict) -> tuple[list[str], list[list[str]]]:
             return " / ".join(f"{v:.2f}" for v in value[:6]) or "–"
         return fmt.format(value)
 
-    return [h for _, h, _ in COLUMNS], [[cell(r, k, f) for k, _, f in COLUMNS] for r in result["rows"]]
+    rows = [[cell(r, k, f) for k, _, f in COLUMNS] for r in result["rows"]]
+    keep = [i for i in range(len(COLUMNS)) if i < ALWAYS_SHOWN or any(row[i] != "–" for row in rows)]
+    return [COLUMNS[i][1] for i in keep], [[row[i] for i in keep] for row in rows]
 
 
 def format_table(result: dict) -> str:

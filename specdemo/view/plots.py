@@ -160,11 +160,11 @@ def gamma_sweep_figure(rows: Sequence[dict]) -> go.Figure:
         )
         alpha = sum(r["acceptance_rate"] for r in spec) / len(spec)
         c = sum(r["cost_ratio"] for r in spec) / len(spec)
-        xs = list(range(1, max(g) + 3))
+        xs = list(range(min(g), max(g) + 1))  # the γ range measured, not beyond it
         fig.add_scatter(
             x=xs,
             y=[theoretical_speedup(alpha, x, c) for x in xs],
-            mode="lines",
+            mode="lines" if len(xs) > 1 else "markers",
             name=f"theory (α={alpha:.2f}, c={c:.2f})",
             line=dict(color=COLOURS["theory"], dash="dot"),
         )
