@@ -344,6 +344,8 @@ def test_step_inspector_theory_benchmark_and_check_tabs(page):
     no_error_badge(page)
     table = page.locator("table").filter(has_text="same tokens").first
     assert "1/1" in table.inner_text()  # greedy fp32: the speculative row wrote the baseline's tokens
+    widths = page.evaluate("t => [t.scrollWidth, t.parentElement.clientWidth]", table.element_handle())
+    assert widths[0] <= widths[1], f"the table is {widths[0]} px wide in a {widths[1]} px box: it scrolls"
     page.screenshot(path=str(ARTIFACTS / "browser-benchmark-tab.png"), full_page=True)
 
     page.get_by_role("tab", name="Losslessness check").click()
