@@ -46,6 +46,9 @@ class LeanLayer:
         self.gate_up_parts = (mlp.gate_proj, mlp.up_proj)
         self.qkv = join_compact(self.qkv_parts)
         self.gate_up = join_compact(self.gate_up_parts)
+        q, k, v = self.qkv_parts  # the joined product's columns: q and k side by side (one rotation), then v
+        self.qk_v_sizes = [q.out_features + k.out_features, v.out_features]
+        self.q_heads = q.out_features // attention.head_dim
 
 
 def products(x: torch.Tensor, joined: CompactLinear | None, parts) -> list[torch.Tensor]:
@@ -100,11 +103,9 @@ def layer_step(lean: LeanLayer, x, rotary, mask, cache, index: int) -> torch.Ten
     shape = (*x.shape[:-1], -1, attention.head_dim)
     h = norm(layer.input_layernorm, x)
     if lean.qkv is not None and lean.qkv.takes(h):  # q and k side by side: one rotation
-        q_size = lean.qkv_parts[0].out_features
-        qk, v = lean.qkv(h).split([q_size + lean.qkv_parts[1].out_features, lean.qkv_parts[2].out_features], -1)
+        qk, v = lean.qkv(h).split(lean.qk_v_sizes, -1)
         qk = rotate(qk.view(shape).transpose(1, 2), *rotary)
-        heads = q_size // attention.head_dim
-        q, k, v = qk[:, :heads], qk[:, heads:], v.view(shape).transpose(1, 2)
+        q, k, v = qk[:, : lean.q_heads], qk[:, lean.q_heads :], v.view(shape).transpose(1, 2)
     else:
         q, k, v = (t.view(shape).transpose(1, 2) for t in products(h, None, lean.qkv_parts))
         q, k = rotate(q, *rotary), rotate(k, *rotary)
