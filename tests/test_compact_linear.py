@@ -14,6 +14,7 @@ from conftest import llama, perturbed
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize
+from torch import nn
 
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, eos_ids, run_all
 from specdemo.models import LoadOptions, compact_linear, load_model, quantization_config, resolve_device
@@ -94,6 +95,26 @@ def test_each_row_of_a_k_row_product_is_the_one_row_product_exactly(tmp_path, ki
         assert torch.allclose(alone.double(), exact, atol=1e-5, rtol=1e-5)
         long = torch.randn(compact_linear.MAX_ROWS + 1, linear.in_features)  # a prompt: torch's product
         assert torch.equal(linear(long), F.linear(long, linear.weight))
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_a_wide_matrix_whose_scales_span_several_chunks_multiplies_exactly(kind):
+    """4,160 inputs: 130 blocks a row, past the AVX-512 kernel's 64-block chunk of widened scales and
+    not a multiple of its 16 at a time (SmolLM2's widest matrix has 48 blocks a row)."""
+    rng = np.random.default_rng(3)
+    quant = getattr(GGMLQuantizationType, kind)
+    blocks = quantize(rng.standard_normal((40, 4160)).astype(np.float32), quant)
+    codes, scales = compact_linear.split_gguf_blocks(kind, blocks, 40)
+    weight = expand(kind, codes, scales)
+    assert torch.equal(weight, torch.from_numpy(gguf_dequantize(blocks, quant)))
+    linear = nn.Linear(4160, 40, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+    compact = CompactLinear(linear, kind, codes, scales)
+    x = torch.randn(5, 4160)
+    alone = torch.cat([compact(x[i : i + 1]) for i in range(5)])
+    assert torch.equal(compact(x), alone)
+    assert torch.allclose(alone.double(), x.double() @ weight.double().T, atol=1e-4, rtol=1e-5)
 
 
 def test_the_files_row_order_is_not_the_models_and_is_found(tmp_path):

@@ -73,8 +73,11 @@ _kernels: dict = {}  # "library" → the loaded kernels, or "error" → why they
 
 def compiler_flags() -> list[str]:
     flags = ["-O3", "-fopenmp", "-shared", "-fPIC"]
-    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability in ("AVX2", "AVX512"):
         flags += ["-mavx2", "-mfma", "-mf16c"]
+    if capability == "AVX512":
+        flags += ["-mavx512f"]  # 16 lanes and 32 registers: the kernel's AVX-512 branch
     return flags
 
 
