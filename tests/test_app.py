@@ -3,6 +3,7 @@ through gradio_client, and the contract a ZeroGPU Space imposes (everything pick
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import pickle
@@ -14,6 +15,7 @@ from dataclasses import asdict, replace
 import gradio as gr
 import plotly.graph_objects as go
 import pytest
+from tqdm import tqdm
 
 from specdemo.app import api, durations, inspector, model_thread, sessions, tabs
 from specdemo.app import race as race_tab
@@ -156,9 +158,15 @@ def test_the_status_line_says_what_a_first_run_waits_for_and_ticks(monkeypatch):
     assert app_settings.loading_text(settings(target_id="not/loaded")) == "loading the pair (its first run)"
     smollm2_first = settings(target_id=PRESETS["smollm2-135m"].target, dtype="float16")  # a key not loaded
     monkeypatch.setattr(app_settings.smollm2, "needs_conversion", lambda: True)
-    assert app_settings.loading_text(smollm2_first).startswith("converting SmolLM2's GGUF once (≈ 20 s)")
+    assert app_settings.loading_text(smollm2_first) == "converting SmolLM2's GGUF once (≈ 30 s), then loading the pair"
     monkeypatch.setitem(app_settings.smollm2.converting, "stages_done", 1)  # what convert_gguf reports
-    assert "(≈ 20 s, 33% done)" in app_settings.loading_text(smollm2_first)
+    assert "(≈ 30 s) ▰▰▱▱▱▱▱▱▱▱ 25%," in app_settings.loading_text(smollm2_first)  # the tokenizer read
+    # then transformers reads the GGUF under its own tqdm bar, whose count the line follows
+    with tqdm(total=272, desc=app_settings.smollm2.GGUF_BAR, disable=False, file=io.StringIO()) as bar:
+        bar.update(136)
+        assert "(≈ 30 s) ▰▰▰▰▰▰▱▱▱▱ 57%," in app_settings.loading_text(smollm2_first)
+    monkeypatch.setitem(app_settings.smollm2.converting, "stages_done", 2)
+    assert "▰▰▰▰▰▰▰▰▰▱ 90%," in app_settings.loading_text(smollm2_first)
 
     def slow_prepare(s):
         time.sleep(1.6)

