@@ -1,11 +1,13 @@
 """Probe: the compact-fp32 kernel as it is now against the kernel of an earlier commit, on a preset's
 matrices (the lean forward's joined q/k/v and gate/up, o, down, the LM head), interleaved.
 
-    python -m scripts.probes.kernel_revisions --against HEAD~1 [--preset smollm2-135m] [--rounds 30]
+    python -m scripts.probes.kernel_revisions --against HEAD~1 [--preset smollm2-135m] [--rounds 30] [--forward]
 
 Both sources are compiled with the flags the project uses into a temporary folder and loaded side
 by side; each round times every k with each build in turn (reversed every second round), and each
 figure is the median over rounds: all of the preset's products for one forward of k rows, in ms.
+``--forward``: the whole target forward of k new tokens over a warm 100-token cache instead, as the
+engine runs it (``measure/profile.py``), each build swapped in as the model's kernels.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from specdemo.measure.profile import time_forward, warm_cache
 from specdemo.models import PRESETS, ModelCache, compact_linear, lean_forward, load_pair
 
 
@@ -46,6 +49,7 @@ def main() -> None:
     parser.add_argument("--ks", default="1,2,3,4,5,9")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--forward", action="store_true", help="time the whole forward, not the products alone")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     preset = PRESETS[args.preset]
@@ -62,7 +66,13 @@ def main() -> None:
             "now": build(compact_linear.KERNEL_SOURCE.read_text(), Path(folder), "now"),
         }
 
+        if args.forward:
+            lm, prefix = warm_cache(pair.target, 100)
+
         def forward(library, k: int) -> float:
+            if args.forward:
+                compact_linear._kernels["library"] = library
+                return time_forward(lm, prefix, list(range(1000, 1000 + k)))
             start = time.perf_counter()
             for m in matrices:
                 x, y = xs[k, m.in_features], ys[k, m.out_features]
@@ -78,7 +88,8 @@ def main() -> None:
             for k in ks:
                 for name in names if round_ % 2 == 0 else names[::-1]:
                     times[name, k].append(forward(builds[name], k))
-    print(f"{len(matrices)} products of {args.preset}'s target, {args.threads} threads, ms per forward of k rows:")
+    what = "whole forwards (100-token cache)" if args.forward else f"{len(matrices)} products"
+    print(f"{what} of {args.preset}'s target, {args.threads} threads, ms per forward of k rows:")
     for name in names:
         print(f"{name:>10}: " + ", ".join(f"k={k}: {statistics.median(times[name, k]) * 1e3:.1f}" for k in ks))
 
