@@ -263,7 +263,9 @@ def cmd_generate(args) -> None:
         f"forwards for {len(spec['token_ids'])} tokens"
     )
     if record["limited_by"]:
-        print(f"why no speedup? {record['limited_by']['text']}")
+        from specdemo.measure.diagnosis import question
+
+        print(f"{question(record['limited_by']['term'])} {record['limited_by']['text']}")
     if sys.stdout.isatty():
         print("colours: green accepted · red struck rejected · yellow correction · blue bonus")
 

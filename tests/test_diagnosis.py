@@ -70,3 +70,13 @@ def test_control_a_fast_run_says_nothing_and_a_wall_clock_speedup_overrides():
     assert limited_by(baseline(), fast) is None
     assert limited_by(baseline(), fast, speedup=0.9)["term"] == "overheads"
     assert limited_by(baseline(), []) is None  # nothing drafted: nothing to say
+
+
+def test_a_speedup_from_a_run_that_kept_nothing_is_called_noise():
+    """τ = 1: as many target forwards as the baseline, so a measured gain is the clock's, not the method's."""
+    kept_nothing = speculative(30, 2, [0], draft_s=0.0, verify_ratio=0.8)  # a quicker machine on this side
+    why = limited_by(baseline(), kept_nothing)
+    assert why["term"] == "noise" and "1.25× with no drafted token kept (τ = 1.00)" in why["text"]
+    assert limited_by(baseline(), kept_nothing, speedup=0.9)["term"] == "acceptance"  # slower: the usual reason
+    # control: the same clocks with one token in two kept is a real gain, and nothing is said
+    assert limited_by(baseline(), speculative(30, 2, [1, 0], draft_s=0.0, verify_ratio=0.8)) is None

@@ -11,6 +11,10 @@ So a run loses for one of three reasons, each with its own remedy:
 - **verify cost** t_v/t_t well above 1: checking γ+1 tokens costs several steps (a shorter γ).
 Each term is compared with the value at which it stops being the problem (``GOOD``); the one
 furthest past it is named. When none is, the time outside draft and verify is.
+
+The other way round, a run that kept no drafted token (τ = 1: as many target forwards as the
+baseline, each a verify at least as dear as a step) cannot be faster: a speedup measured there is
+the machine's speed changing between the two sides' steps, and the summary says so.
 """
 
 from __future__ import annotations
@@ -91,14 +95,30 @@ def explain_term(term: str, t: dict, method: str) -> str:
     )
 
 
+def question(term: str) -> str:
+    """What the summary's line answers: why a run did not gain, or whether its gain is real."""
+    return "is that speedup real?" if term == "noise" else "why no speedup?"
+
+
+def explain_noise(t: dict) -> str:
+    return (
+        f"{t['speedup']:.2f}× with no drafted token kept (τ = {t['tau']:.2f}): this run made as many target "
+        "forwards as the baseline, so it cannot have been faster. The gain is the machine's speed changing "
+        "between the two sides' steps (a shared CPU, another job); run it again to see the clocks agree."
+    )
+
+
 def limited_by(
     baseline: Sequence, speculative: Sequence, method: str = "draft", speedup: float | None = None
 ) -> dict | None:
-    """When a run's measured speedup is below SLOW: {term, text, terms}; otherwise None.
+    """When a run's measured speedup is below SLOW: {term, text, terms}; when a run that kept nothing
+    shows one at or above it: the same, term "noise"; otherwise None.
     ``speedup``: the run's wall-clock speedup where the caller has one (else from the step clocks)."""
     terms = run_terms(baseline, speculative)
     if terms is not None and speedup is not None:
         terms["speedup"] = speedup
+    if terms is not None and terms["speedup"] >= SLOW and terms["tau"] <= 1.0:
+        return {"term": "noise", "text": explain_noise(terms), "terms": terms}
     if terms is None or terms["speedup"] >= SLOW:
         return None
     past = shortfalls(terms)

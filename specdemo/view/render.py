@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
+from specdemo.measure.diagnosis import question
 from specdemo.measure.race import DEFAULT_SIDES
 
 KINDS = {
@@ -225,7 +226,7 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
             ),
         ]
     if why := summary.get("limited_by"):
-        rows.append(("why no speedup?", why["term"], why["text"]))
+        rows.append((question(why["term"]), why["term"], why["text"]))
     diff = summary["first_difference"]
     if not lossless:
         verdict = ("✗ differs from the baseline from token " + str(diff)) if diff is not None else "same so far"
