@@ -109,7 +109,11 @@ def test_live_figures_hold_the_race_and_keep_zoom():
         assert fig.layout.uirevision == "keep"
     assert list(race.data[1].y) == [0, 2, 5] and list(race.data[0].y) == [0, 1, 2, 3, 4, 5]
     assert list(acceptance.data[0].y) == [1 / 3, 1.0] and list(acceptance.data[1].y) == [1 / 3, 3 / 5]
-    assert list(histogram.data[0].y) == [0, 1, 1]
+    assert list(histogram.data[0].x) == [0, 1, 2, 3] and list(histogram.data[0].y) == [0, 1, 1, 0]  # 0 to γ = 3
+    assert histogram.layout.xaxis.dtick == 1  # whole counts on the axis
+    kept_nothing = [Step(i, drafted=[1, 2, 3, 4], accepted=0, emitted=[5]) for i in range(2)]
+    *_, nothing, _ = live_figures(base_steps(), kept_nothing)
+    assert list(nothing.data[0].x) == [0, 1, 2, 3, 4] and list(nothing.data[0].y) == [2, 0, 0, 0, 0]
     # 5 tokens: baseline 0.100 s, speculative 0.062 s
     assert running_speedup(base_steps(), spec_steps())[-1] == (5, 0.1 / 0.062)
 

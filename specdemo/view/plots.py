@@ -93,16 +93,19 @@ def acceptance_figure(spec: Sequence, server: Sequence[tuple[int, float]] | None
 
 
 def accepted_length_figure(spec: Sequence) -> go.Figure:
-    """How many drafted tokens each step kept (γ on the right means a full accept + bonus)."""
+    """How many drafted tokens each step kept (γ on the right means a full accept + bonus), every
+    count from 0 to the longest proposal shown, so a run that kept nothing reads as one bar at 0."""
     counts: dict[int, int] = {}
     for s in spec:
         if s.drafted:
             counts[s.accepted] = counts.get(s.accepted, 0) + 1
-    xs = list(range(0, max(counts, default=0) + 1))
+    longest = max((len(s.drafted) for s in spec), default=0)
+    xs = list(range(0, max(longest, *counts, 0) + 1))
     bars = dict(
         type="bar", x=xs, y=[counts.get(x, 0) for x in xs], marker=dict(color=COLOURS["speculative"]), name="steps"
     )
-    return _live_figure([bars], "Accepted tokens per step", "accepted drafts", "steps")
+    axis = dict(title=dict(text="accepted drafts"), dtick=1)  # whole counts
+    return _live_figure([bars], "Accepted tokens per step", "accepted drafts", "steps", xaxis=axis)
 
 
 def baseline_time_for(base: Sequence, tokens: int) -> float | None:
