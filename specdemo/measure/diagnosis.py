@@ -115,12 +115,12 @@ def limited_by(
     shows one at or above it: the same, term "noise"; otherwise None.
     ``speedup``: the run's wall-clock speedup where the caller has one (else from the step clocks)."""
     terms = run_terms(baseline, speculative)
-    if terms is not None and speedup is not None:
-        terms["speedup"] = speedup
-    if terms is not None and terms["speedup"] >= SLOW and terms["tau"] <= 1.0:
-        return {"term": "noise", "text": explain_noise(terms), "terms": terms}
-    if terms is None or terms["speedup"] >= SLOW:
+    if terms is None:
         return None
+    if speedup is not None:
+        terms["speedup"] = speedup
+    if terms["speedup"] >= SLOW:
+        return {"term": "noise", "text": explain_noise(terms), "terms": terms} if terms["tau"] <= 1.0 else None
     past = shortfalls(terms)
     term = max(past, key=past.get)
     if past[term] <= 0:

@@ -99,8 +99,7 @@ def accepted_length_figure(spec: Sequence) -> go.Figure:
     for s in spec:
         if s.drafted:
             counts[s.accepted] = counts.get(s.accepted, 0) + 1
-    longest = max((len(s.drafted) for s in spec), default=0)
-    xs = list(range(0, max(longest, *counts, 0) + 1))
+    xs = list(range(max((len(s.drafted) for s in spec), default=0) + 1))  # a step keeps at most what it drafted
     bars = dict(
         type="bar", x=xs, y=[counts.get(x, 0) for x in xs], marker=dict(color=COLOURS["speculative"]), name="steps"
     )
