@@ -34,13 +34,14 @@ from specdemo.app.settings import (
     DTYPE_CHOICES,
     KEEP,
     MAX_NEW_TOKENS,
-    METHOD_LABELS,
     SETTING_NAMES,
     Settings,
     find_problem,
+    method_labels,
     preset_fields,
     start_note,
 )
+from specdemo.decoding import methods
 from specdemo.models import vllm
 from specdemo.view.render import legend_html, pane_titles
 
@@ -165,7 +166,7 @@ def build_demo() -> gr.Blocks:
         with gr.Row():
             example = gr.Dropdown(list(first.examples), label="Example prompts", value=None, scale=3)
             method_label = gr.Dropdown(
-                list(METHOD_LABELS), value=start.method_label, label="Method", scale=2, elem_id="method"
+                method_labels(), value=start.method_label, label="Method", scale=2, elem_id="method"
             )
             gamma = gr.Slider(1, 32, value=start.gamma, step=1, label="γ (draft tokens per step)", scale=2)
             max_new_tokens = gr.Slider(
@@ -227,7 +228,7 @@ def build_demo() -> gr.Blocks:
                 status = gr.Markdown("", elem_id="status")
                 gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified", "target")))
                 with gr.Row():
-                    left_title, right_title = pane_titles("draft")  # each race says what its sides are
+                    left_title, right_title = pane_titles(methods.DRAFT.name)  # each race says what its sides are
                     with gr.Column():
                         base_title = gr.Markdown(left_title, elem_id="baseline-title")
                         base_pane = gr.HTML("", elem_id="baseline-pane", elem_classes="pane")
@@ -237,7 +238,7 @@ def build_demo() -> gr.Blocks:
                 summary = gr.HTML("", elem_id="summary")
                 with gr.Row(equal_height=True):  # same prompt, another method: every result kept below
                     try_method = gr.Dropdown(
-                        [tries.LABEL_OF[m] for m in tries.SUGGESTION_ORDER],
+                        [m.label for m in methods.suggestions() if not m.missing()],
                         value=None,
                         label="Try another method on this prompt",
                         elem_id="try-method",

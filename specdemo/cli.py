@@ -11,13 +11,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from specdemo.decoding import suffix
-from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA
-from specdemo.decoding.engine import METHODS, MODEL_FREE, DecodeConfig, sample_many, validate_config
+from specdemo.decoding import methods
+from specdemo.decoding.engine import DecodeConfig, sample_many, validate_config
 from specdemo.decoding.sampling import SamplingConfig
 from specdemo.decoding.tree import TreeConfig
 from specdemo.errors import InputError, SpecDemoError
-from specdemo.measure.bench import DEFAULT_ENGINES, ENGINES
+from specdemo.measure.bench import all_engines, default_engines
 from specdemo.measure.compare import compare, comparison_record
 from specdemo.measure.defaults import CANDIDATES
 from specdemo.measure.divergence import dtype_name
@@ -94,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="baseline vs speculative on one prompt")
     add_model_args(gen)
-    gen.add_argument("--method", choices=list(METHODS), default="draft")
+    gen.add_argument("--method", choices=methods.names(runner="specdemo"), default=methods.DRAFT.name)
     gen.add_argument("--gamma", type=int, default=None, help="draft length (default: the preset's best γ)")
     gen.add_argument("--schedule", choices=["constant", "heuristic"], default="constant")
     gen.add_argument("--min-confidence", type=float, default=0.0, help="draft-confidence stop (0 = off)")
@@ -134,8 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--gammas", default="1,2,3,4,6,8")
     bench.add_argument(
         "--engines",
-        default=",".join(DEFAULT_ENGINES),
-        help=f"comma-separated, from {', '.join(ENGINES)} (specdemo-baseline always runs; vllm-* need servers)",
+        default=",".join(default_engines()),
+        help=f"comma-separated, from {', '.join(all_engines())} (specdemo-baseline always runs; vllm-* need servers)",
     )
     bench.add_argument("--max-new-tokens", type=int, default=64)
     bench.add_argument("--repeats", type=int, default=3)
@@ -153,8 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--tasks", action="store_true", help="methods × tasks on assets/prompts/tasks/ instead")
     bench.add_argument(
         "--methods",
-        default="draft,prompt-lookup",
-        help=f"--tasks: some of {', '.join(TASK_METHODS)}, each optionally with its γ (suffix=6)",
+        default=f"{methods.DRAFT.name},{methods.get('prompt-lookup').name}",
+        help=f"--tasks: some of {', '.join(task_method_names())}, each optionally with its γ (suffix=6)",
     )
     bench.add_argument("--task-names", default=None, help="--tasks: a comma-separated subset of the task files")
     bench.add_argument(
@@ -202,7 +201,7 @@ def decode_config(args) -> DecodeConfig:
         gamma=args.gamma,
         schedule=getattr(args, "schedule", "constant"),
         min_confidence=getattr(args, "min_confidence", 0.0),
-        method=getattr(args, "method", "draft"),
+        method=getattr(args, "method", methods.DRAFT.name),
         max_ngram=getattr(args, "max_ngram", 3),
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p, args.seed),
         tree=TreeConfig(
@@ -227,7 +226,8 @@ def load_from_args(args):
         target_options = replace(target_options, quantization=args.quantization)
         # the draft is compact exactly when its target is (the same numbers either way)
         draft_options = replace(draft_options, quantization=draft_options_for(target_options).quantization)
-    draft = None if getattr(args, "method", "draft") in MODEL_FREE else (args.draft or preset.draft)
+    method = methods.get(getattr(args, "method", methods.DRAFT.name))
+    draft = (args.draft or preset.draft) if method.draft_model else None
     draft_vocab = args.draft_vocab if args.draft_vocab is not None else (0 if args.draft else preset.draft_vocab)
     pair = load_pair(args.target or preset.target, draft, target_options, draft_options, draft_vocab=draft_vocab)
     configure_cpu_threads(pair)
@@ -297,8 +297,15 @@ def bench_prompts(path) -> list[str]:
     return prompts
 
 
-TASK_METHODS = ("draft", "feature", "self-int8", "prompt-lookup", "suffix", "suffix-tree", "hybrid", "feature-hybrid")
+# Draft-model variants the methods × tasks table races beside the registry's methods: each runs a
+# registered method (its value) with another draft model (``drafter_for`` loads it).
+DRAFT_VARIANTS = {"feature": "draft", "self-int8": "draft", "feature-hybrid": "hybrid"}
 SELF_DRAFT_GAMMA = 2  # the target in int8 drafts for itself: right almost always, but it costs ≈ 0.7 of a step
+
+
+def task_method_names() -> list[str]:
+    """What ``bench --tasks --methods`` takes: the methods a race may start with, and the variants."""
+    return [*methods.names(start=True), *DRAFT_VARIANTS]
 
 
 def task_methods(text: str) -> dict[str, int | None]:
@@ -307,13 +314,13 @@ def task_methods(text: str) -> dict[str, int | None]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         method, _, gamma = item.partition("=")
         bad_gamma = gamma and not (gamma.isdigit() and 1 <= int(gamma) <= 32)
-        if method not in TASK_METHODS or method in chosen or bad_gamma:
+        if method not in task_method_names() or method in chosen or bad_gamma:
             chosen = {}
             break
         chosen[method] = int(gamma) if gamma else None
     if not chosen:
         raise InputError(
-            f"--methods takes some of {', '.join(TASK_METHODS)}, each once, optionally with its γ "
+            f"--methods takes some of {', '.join(task_method_names())}, each once, optionally with its γ "
             f"(e.g. suffix=6, 1–32), got {text!r}"
         )
     return chosen
@@ -323,22 +330,17 @@ def drafter_for(method: str, pair, preset) -> tuple:
     """A ``--methods`` name → (draft model or None, the method's own γ, the engine's method)."""
     from specdemo.models import SMOLLM2_FEATURE
 
-    if method == "draft":
-        return pair.draft, preset.gamma, "draft"
-    if method == "prompt-lookup":
-        return None, PROMPT_LOOKUP_GAMMA, "prompt-lookup"
-    if method in ("suffix", "suffix-tree"):
-        return None, suffix.DEFAULT_GAMMA, method
-    if method == "hybrid":
-        return pair.draft, suffix.DEFAULT_GAMMA, method
+    if method in methods.REGISTRY:
+        m = methods.get(method)
+        return (pair.draft if m.draft_model else None), m.gamma or preset.gamma, m.name
+    runs = methods.get(DRAFT_VARIANTS[method])
     if method == "self-int8":  # no training: the same weights with int8 arithmetic propose, fp32 verifies
         own = replace(preset.target_options, quantization="int8-cpu")
-        return load_pair(pair.target_id, pair.target_id, preset.target_options, own).draft, SELF_DRAFT_GAMMA, "draft"
+        return load_pair(pair.target_id, pair.target_id, preset.target_options, own).draft, SELF_DRAFT_GAMMA, runs.name
     # the feature drafter, alone or where suffix decoding has nothing to propose
     feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
-    if method == "feature":
-        return feature.draft, PRESETS.get("smollm2-135m-feature", preset).gamma, "draft"
-    return feature.draft, suffix.DEFAULT_GAMMA, "hybrid"
+    gamma = runs.gamma or PRESETS.get("smollm2-135m-feature", preset).gamma
+    return feature.draft, gamma, runs.name
 
 
 def cmd_tasks(args) -> None:
@@ -364,21 +366,18 @@ def cmd_tasks(args) -> None:
     print(json.dumps(result) if args.json else format_tasks(result))
 
 
-START_METHODS = ("draft", "prompt-lookup", "suffix", "suffix-tree", "hybrid")  # the app's methods a race starts with
-
-
 def defaults_candidates(text: str) -> list[tuple[str, int]]:
     """``draft=1,draft=2,hybrid=4`` → [(method, γ)]: a method may come at several γ, each once."""
     chosen = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         method, _, gamma = item.partition("=")
-        if method not in START_METHODS or not (gamma.isdigit() and 1 <= int(gamma) <= 32):
+        if method not in methods.names(start=True) or not (gamma.isdigit() and 1 <= int(gamma) <= 32):
             chosen = []
             break
         chosen.append((method, int(gamma)))
     if not chosen or len(set(chosen)) < len(chosen):
         raise InputError(
-            f"--candidates takes methods of {', '.join(START_METHODS)}, each with a γ of 1–32 "
+            f"--candidates takes methods of {', '.join(methods.names(start=True))}, each with a γ of 1–32 "
             f"(e.g. draft=1,hybrid=4), none twice, got {text!r}"
         )
     return chosen
@@ -422,8 +421,8 @@ def cmd_bench(args) -> None:
     if args.repeats < 1:
         raise InputError("--repeats must be ≥ 1")
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
-    if unknown := set(engines) - set(ENGINES):
-        raise InputError(f"unknown engine(s) {', '.join(sorted(unknown))}: choose from {', '.join(ENGINES)}")
+    if unknown := set(engines) - set(all_engines()):
+        raise InputError(f"unknown engine(s) {', '.join(sorted(unknown))}: choose from {', '.join(all_engines())}")
     validate_config(DecodeConfig(max_new_tokens=args.max_new_tokens))
     texts = bench_prompts(args.prompts or PRESETS[args.preset].prompts_file)
     pair = load_from_args(args)

@@ -22,7 +22,7 @@ from specdemo.app import race as race_tab
 from specdemo.app import settings as app_settings
 from specdemo.app.race import RACE_OUTPUTS
 from specdemo.app.settings import Settings
-from specdemo.decoding import suffix
+from specdemo.decoding import methods, suffix
 from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA
 from specdemo.models import BUNDLED_DRAFT, BUNDLED_TARGET, PRESETS
 
@@ -105,7 +105,7 @@ def test_tree_method_runs_in_the_app():
 
 
 def test_naive_method_is_labelled_not_lossless():
-    naive = next(k for k in app_settings.METHOD_LABELS if "naive" in k)
+    naive = methods.get("naive").label
     out = last_race_output(method_label=naive)
     assert out["status"].startswith("✓ done") and "NOT lossless" in out["summary"]
 
@@ -479,13 +479,13 @@ def test_trying_another_method_keeps_every_race_on_the_prompt():
     first = last_race_output()["trace"]
     kept, table, suggestion = tries.after_race([], first)
     assert [t["method"] for t in kept] == ["draft"] and table == ""  # one race: nothing to compare yet
-    assert suggestion == tries.LABEL_OF["suffix"]  # the first method not raced on this prompt
+    assert suggestion == methods.get("suffix").label  # the first method not raced on this prompt
     label, gamma = tries.pick(suggestion, "bundled-tinystories")
     assert (label, gamma) == (suggestion, suffix.DEFAULT_GAMMA)
     second = last_race_output(method_label=label, gamma=gamma)["trace"]
     kept, table, suggestion = tries.after_race(kept, second)
     assert [t["method"] for t in kept] == ["draft", "suffix"]
-    assert table.count("<tr>") == 3 and "★" in table and suggestion == tries.LABEL_OF["prompt-lookup"]
+    assert table.count("<tr>") == 3 and "★" in table and suggestion == methods.get("prompt-lookup").label
     speedups = [t["speedup"] for t in kept]
     assert f"{max(speedups):.2f}× ★" in table and f"{min(speedups):.2f}× ★" not in table
     # another prompt starts a new list; a race that never started adds nothing

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
-from specdemo.app.settings import METHOD_NAMES
+from specdemo.decoding import methods
 from specdemo.decoding.suffix import DEFAULT_GAMMA
 from specdemo.models import PRESETS, smollm2_ready, start_settings
 from specdemo.models.smollm2 import GGUF_BAR
@@ -147,7 +147,7 @@ def test_first_screen_is_the_race(page):
     if REAL_MODEL:
         assert page.locator("#prompt textarea").input_value() == SEED_PROMPT
         start = start_settings(PRESETS["smollm2-135m"])  # measured on the example prompts: the race starts with it
-        assert page.get_by_label("Method", exact=True).input_value() == METHOD_NAMES[start.method]
+        assert page.get_by_label("Method", exact=True).input_value() == methods.get(start.method).label
         assert "Starts with" in page.locator("#start-note").inner_text()
     for element in ("#prompt", "#run-btn", "#stop-btn", "#start-note", "#baseline-pane", "#speculative-pane"):
         box = page.locator(element).bounding_box()
@@ -175,11 +175,11 @@ def method_name_stops_before_the_arrow(page):
         return page.evaluate(METHOD_BOX)
 
     try:
-        for label in (METHOD_NAMES["hybrid"], METHOD_NAMES["draft"]):
+        for label in (methods.get("hybrid").label, methods.get("draft").label):
             m = measure(label)
             assert m["text_end"] <= m["arrow"] + 0.5 and (m["ellipsis"] or not m["overflows"]), (label, m)
         box.evaluate("(input) => { input.style.paddingRight = '0px'; }")
-        unstyled = measure(METHOD_NAMES["hybrid"])
+        unstyled = measure(methods.get("hybrid").label)
         assert unstyled["overflows"] and unstyled["text_end"] > unstyled["arrow"]  # the control
     finally:
         box.evaluate("(input, label) => { input.style.paddingRight = ''; input.value = label; }", shown)

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 from specdemo.app import tabs
-from specdemo.app.settings import METHOD_NAMES, Settings, preset_fields, start_note
-from specdemo.decoding import suffix
+from specdemo.app.settings import Settings, preset_fields, start_note
+from specdemo.decoding import methods, suffix
 from specdemo.measure.defaults import choose_defaults, store_defaults
 from specdemo.models import PRESETS, StartSettings, start_settings
 
@@ -57,9 +57,9 @@ def test_the_app_starts_each_preset_with_its_measured_start():
         s = Settings.from_preset(name)
         assert (s.method, s.gamma) == (start.method, start.gamma)
         fields = preset_fields(name)
-        assert fields[6:9] == (METHOD_NAMES[start.method], start.gamma, s.max_new_tokens)
+        assert fields[6:9] == (methods.get(start.method).label, start.gamma, s.max_new_tokens)
         assert fields[9] == start_note(name)
-        assert tabs.gamma_for_method(METHOD_NAMES[start.method], name) == start.gamma
+        assert tabs.gamma_for_method(methods.get(start.method).label, name) == start.gamma
     shipped = start_settings(PRESETS["smollm2-135m"])
     assert shipped.note and "Starts with" in start_note("smollm2-135m")  # the CPU default's start is measured
     assert start_note(STORY.name) == ""  # nothing measured: no claim

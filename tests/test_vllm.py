@@ -166,13 +166,13 @@ def test_a_missed_counters_poll_mid_race_is_skipped_and_the_last_read_must_answe
     urls = {"baseline": "http://a", "speculative": "http://b"}
     polls = 2 * len(rec["deltas"])  # one per step of either side, then one after the race
     monkeypatch.setattr(vllm, "race_steps", race_steps([None, 2] + [None] * (polls - 2) + [3]))
-    states = list(live.vllm_race(pair, [1, 2], DecodeConfig(max_new_tokens=8), lambda: False, urls))
+    states = list(live.vllm_race(pair, [1, 2], DecodeConfig(max_new_tokens=8, method="vllm"), lambda: False, urls))
     assert states[-1].done and states[-1].server_counters["acceptance_rate"] == pytest.approx(3 / k)
     assert len(states[-1].contender) == len(rec["deltas"])
 
     monkeypatch.setattr(vllm, "race_steps", race_steps([2] * polls + [None]))  # control: the last read fails
     with pytest.raises(vllm.BackendError, match="gave no /metrics"):
-        list(live.vllm_race(pair, [1, 2], DecodeConfig(max_new_tokens=8), lambda: False, urls))
+        list(live.vllm_race(pair, [1, 2], DecodeConfig(max_new_tokens=8, method="vllm"), lambda: False, urls))
 
 
 def test_the_apps_url_fields_win_over_the_environment(monkeypatch):
@@ -352,7 +352,9 @@ def test_vllms_speculative_server_races_specdemos_own_engine(servers, smollm2_ta
 
     urls, _ = servers
     final = list(
-        run_race(smollm2_target, prompt_ids, DecodeConfig(max_new_tokens=48, gamma=2), "vllm-vs-specdemo", None, urls)
+        run_race(
+            smollm2_target, prompt_ids, DecodeConfig(max_new_tokens=48, gamma=2, method="vllm-vs-specdemo"), None, urls
+        )
     )[-1]
     summary = final.summary()
     assert final.done and final.tokens("baseline") == final.tokens("speculative")
@@ -383,7 +385,7 @@ def test_the_race_reads_acceptance_from_the_servers_counters(servers, smollm2_ta
     urls, _ = servers
     pair = smollm2_target
     ids = prompt_ids
-    final = list(run_race(pair, ids, DecodeConfig(max_new_tokens=48), "vllm", None, urls))[-1]
+    final = list(run_race(pair, ids, DecodeConfig(max_new_tokens=48, method="vllm"), None, urls))[-1]
     summary = final.summary()
     assert final.done and final.tokens("baseline") == final.tokens("speculative")
     # the stream alone would say 100% (it never shows a rejected draft); the counters say less

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from specdemo.app import model_thread
 from specdemo.app.settings import (
-    METHOD_LABELS,
     Settings,
     friendly,
     prepare,
 )
+from specdemo.decoding import methods
 from specdemo.errors import InputError, SpecDemoError
 from specdemo.measure.compare import compare, comparison_record
 from specdemo.measure.divergence import dtype_name
 from specdemo.models import (
     PRESETS,
     startup_preset,
-    vllm,
 )
 
 
@@ -27,7 +26,7 @@ def compare_api(
     seed: int = 0,
     top_k: int = 0,
     top_p: float = 1.0,
-    method: str = "draft",
+    method: str = methods.DRAFT.name,
     preset: str = startup_preset(),
 ) -> dict:
     """Baseline vs speculative on one prompt: the JSON of `python -m specdemo generate --json`.
@@ -35,13 +34,13 @@ def compare_api(
     try:
         if preset not in PRESETS:
             raise InputError(f"unknown preset {preset!r}: one of {', '.join(PRESETS)}")
-        labels = {v: k for k, v in METHOD_LABELS.items() if v not in ("naive", *vllm.METHODS)}  # specdemo's own
-        if method not in labels:
-            raise InputError(f"method must be one of {', '.join(labels)}, got {method!r}")
+        ours = methods.names(runner="specdemo")
+        if method not in ours:
+            raise InputError(f"method must be one of {', '.join(ours)}, got {method!r}")
         s = Settings.from_preset(
             preset,
             prompt=prompt,
-            method_label=labels[method],
+            method_label=methods.get(method).label,
             gamma=gamma,
             temperature=temperature,
             top_k=top_k,

@@ -7,11 +7,11 @@ from specdemo.app.settings import (
     KEEP,
     Settings,
     friendly,
+    own_method,
     prepare,
     update,
 )
 from specdemo.decoding.engine import decode_steps, run_all
-from specdemo.errors import InputError
 from specdemo.view import trace as traces
 from specdemo.view.plots import (
     distribution_figure,
@@ -44,11 +44,7 @@ def stepper_start(s: Settings) -> tuple:
     holds plain records and token texts (no live generator or model), so "Next step" needs no
     model and the session pickles (ZeroGPU returns results by pickle)."""
     try:
-        if s.method == "naive":
-            raise InputError(
-                "the step inspector follows speculative decoding: "
-                "pick draft model, prompt lookup, suffix decoding or tree"
-            )
+        own_method(s, "the step inspector")
         prep = prepare(s)
         pair = prep.pair
         steps = model_thread.call(

@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from specdemo.app import model_thread
+from specdemo.decoding import methods
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, naive_handoff_steps, race
 from specdemo.errors import InputError
 from specdemo.measure.divergence import dtype_name
-from specdemo.measure.race import METHODS, RaceState  # noqa: F401  (the app's names for them)
+from specdemo.measure.race import RaceState
 from specdemo.models import vllm
 
 
@@ -22,20 +23,21 @@ def run_race(
     pair,
     prompt_ids: list[int],
     config: DecodeConfig,
-    method: str,
     cancel: Callable[[], bool] | None = None,
     vllm_urls: dict[str, str] | None = None,
 ) -> Iterator[RaceState]:
-    """Yield the state after every step of either side, until both finish (or ``cancel``).
+    """Yield the state after every step of either side, until both finish (or ``cancel``); the
+    right side runs ``config.method``.
     ``vllm_urls``: the vLLM method's servers (default: ``vllm.configured_urls()``)."""
-    if method in vllm.METHODS:
-        yield from vllm_race(pair, prompt_ids, config, cancel, vllm_urls or vllm.configured_urls(), method)
+    method = config.method
+    runner = methods.get(method).runner
+    if runner in ("vllm", "vllm-vs-specdemo"):
+        yield from vllm_race(pair, prompt_ids, config, cancel, vllm_urls or vllm.configured_urls())
         return
-    if method == "naive":
+    if runner == "naive":
         contender = naive_handoff_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
     else:
-        cfg = replace(config, method=method)
-        contender = decode_steps(pair.target, pair.draft, prompt_ids, cfg, pair.eos, cancel)
+        contender = decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
     baseline = baseline_steps(pair.target, prompt_ids, config, pair.eos, cancel)
     state = RaceState(method, config.sampling.greedy, dtype=dtype_name(pair.target))
     for side, step in race(baseline, contender):
@@ -48,16 +50,16 @@ def run_race(
 COUNTERS_EVERY_S = 0.5  # one /metrics request per half second: no load on the server worth measuring
 
 
-def vllm_race(
-    pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, str], method: str = "vllm"
-) -> Iterator[RaceState]:
+def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, str]) -> Iterator[RaceState]:
     """The same race between two vLLM servers (baseline, speculative), both asked at once; or,
-    ``method`` "vllm-vs-specdemo", vLLM's speculative server against specdemo's own engine (the
+    ``config.method`` "vllm-vs-specdemo", vLLM's speculative server against specdemo's own engine (the
     draft model, greedy, fp32) on the same prompt: the server streams while this process decodes
     (on one machine they share its cores)."""
     if not config.sampling.greedy:
         raise InputError("the vLLM race is greedy (temperature 0): set the temperature to 0", field="temperature")
-    if method == "vllm":
+    method = config.method
+    both_servers = methods.get(method).runner == "vllm"
+    if both_servers:
         baseline, contender, counters = vllm.race_steps(
             urls["baseline"], urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel
         )
@@ -65,8 +67,9 @@ def vllm_race(
         baseline, counters = vllm.speculative_steps(
             urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel
         )
-        contender = decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
-    state = RaceState(method, True, dtype="float32" if method == "vllm" else dtype_name(pair.target))
+        mine = replace(config, method=methods.DRAFT.name)  # specdemo's side: the draft model's chain
+        contender = decode_steps(pair.target, pair.draft, prompt_ids, mine, pair.eos, cancel)
+    state = RaceState(method, True, dtype="float32" if both_servers else dtype_name(pair.target))
 
     def read_counters(mid_race: bool = False):  # the live acceptance: vLLM's counters so far
         try:
@@ -80,7 +83,7 @@ def vllm_race(
             "alpha_per_position": delta.alpha_per_position,
         }
         if delta.acceptance_rate is not None:
-            server_side = state.contender if method == "vllm" else state.baseline
+            server_side = state.contender if both_servers else state.baseline
             state.server_acceptance.append((len(server_side), delta.acceptance_rate))
 
     last = time.perf_counter()
@@ -99,24 +102,24 @@ class LiveRace:
     """The race on the model thread (the producer), so that whoever shows it (the consumer)
     renders the latest state at its own pace and never slows the models down.
 
-        race = LiveRace(pair, ids, config, "draft")
+        race = LiveRace(pair, ids, config)
         while not race.wait(0.1):
             show(race.snapshot())
         race.close()   # also stops a race still running (a closed browser tab, Stop)
     """
 
-    def __init__(self, pair, prompt_ids: list[int], config: DecodeConfig, method: str, vllm_urls=None):
+    def __init__(self, pair, prompt_ids: list[int], config: DecodeConfig, vllm_urls=None):
         self._cancel = threading.Event()
         self._done = threading.Event()
-        self._state = RaceState(method, config.sampling.greedy, dtype=dtype_name(pair.target))
+        self._state = RaceState(config.method, config.sampling.greedy, dtype=dtype_name(pair.target))
         self.error: BaseException | None = None
         self.started = time.perf_counter()
         self.finished: float | None = None
-        self._future = model_thread.submit(self._run, pair, prompt_ids, config, method, vllm_urls)
+        self._future = model_thread.submit(self._run, pair, prompt_ids, config, vllm_urls)
 
-    def _run(self, pair, prompt_ids, config, method, vllm_urls) -> None:
+    def _run(self, pair, prompt_ids, config, vllm_urls) -> None:
         try:
-            for state in run_race(pair, prompt_ids, config, method, self._cancel.is_set, vllm_urls):
+            for state in run_race(pair, prompt_ids, config, self._cancel.is_set, vllm_urls):
                 self._state = state
         except BaseException as error:  # handed to the consumer, which shows it
             self.error = error

@@ -3,8 +3,7 @@
 On a CPU, PyTorch parallelises a matrix product with OpenMP, and each thread that runs one gets
 an OpenMP team of its own. Once two such teams are alive, GNU OpenMP sees more of its threads
 than cores and stops letting idle workers spin between products, so every product waits for
-its workers to wake up: measured here (2 cores, SmolLM2's 576×2304 product) 90 µs in one team,
-220 µs with two alive; a 48-token race 3.5 s → 6.7 s. A web server runs handlers on many threads,
+its workers to wake up (a race ran about twice as long: docs/design.md). A web server runs handlers on many threads,
 so the app sends every model call to this one thread instead (the CLI runs in its main thread
 and needs none of this). The thread is made per process: a forked ZeroGPU worker gets its own.
 """

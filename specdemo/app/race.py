@@ -21,11 +21,10 @@ from specdemo.app.settings import (
     loading_text,
     prepare,
 )
-from specdemo.decoding.steps import SUFFIX_METHODS
+from specdemo.decoding import methods
 from specdemo.decoding.suffix import shared_store, vocabulary_of
 from specdemo.errors import SpecDemoError
-from specdemo.measure.race import DEFAULT_SIDES, SIDES, VLLM_LEGEND, RaceState
-from specdemo.models.vllm import METHODS as VLLM_METHODS
+from specdemo.measure.race import VLLM_LEGEND, RaceState
 from specdemo.view import trace as traces
 from specdemo.view.plots import (
     acceptance_figure,
@@ -63,12 +62,13 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
     """A race state → the RACE_OUTPUTS. ``figures``: "all", "live" (race, speedup and acceptance:
     the ones that change the most) or "none" (the figures stay as they are on screen)."""
     reference = state.tokens("baseline")
-    left, right, _ = SIDES.get(state.method, DEFAULT_SIDES)
-    right = "naive (not lossless)" if state.method == "naive" else right
+    left, right, _ = state.about.sides
+    right = right if state.lossless else f"{state.method} (not lossless)"
     mark = state.first_difference() if state.greedy and state.lossless else None
     if figures in ("all", "live"):
         base, spec = state.baseline, state.contender
-        server = state.server_acceptance if state.server_counters is not None and state.method == "vllm" else None
+        vllm_both = state.about.runner == "vllm"
+        server = state.server_acceptance if state.server_counters is not None and vllm_both else None
         live = (
             race_figure(base, spec, right, left),
             speedup_figure(base, spec, over=left),
@@ -122,7 +122,7 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
     decode = decoder(prep.pair.tokenizer)
     settings = asdict(s)
     device = str(prep.pair.target.device)
-    live = LiveRace(prep.pair, prep.ids, prep.config, s.method, vllm_urls=s.vllm_urls())
+    live = LiveRace(prep.pair, prep.ids, prep.config, vllm_urls=s.vllm_urls())
     try:
         last_figures = time.perf_counter()
         while not live.wait(PANES_EVERY_S):
@@ -146,7 +146,7 @@ def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
         if live.cancelled:
             end = f"■ stopped: {token_counts(state)}"
         else:
-            note = " · ".join(n for n in (prep.note, VLLM_LEGEND if s.method in VLLM_METHODS else "") if n)
+            note = " · ".join(n for n in (prep.note, VLLM_LEGEND if state.about.runner.startswith("vllm") else "") if n)
             end = done_status(state, live.wall_s, note)
         yield render(state, decode, prep.prompt, "all", end, trace)
     finally:
@@ -177,7 +177,8 @@ def remember_answer(outputs: tuple) -> None:
     """On ZeroGPU the race ran in a worker that keeps nothing: file a suffix-decoding race's answer
     (from its trace, the last output) in this process's store, which the next worker starts with."""
     trace = dict(zip(RACE_OUTPUTS, outputs)).get("trace")
-    if isinstance(trace, dict) and trace.get("method") in SUFFIX_METHODS:
+    method = methods.REGISTRY.get(trace.get("method")) if isinstance(trace, dict) else None
+    if method and method.suffix_store:
         shared_store(trace.get("vocabulary", "")).remember([t for step in trace["contender"] for t in step["emitted"]])
 
 

@@ -9,9 +9,10 @@ import os
 from dataclasses import dataclass, fields
 
 from specdemo.app import model_thread
+from specdemo.decoding import methods
 from specdemo.decoding.engine import DecodeConfig
 from specdemo.decoding.sampling import SamplingConfig
-from specdemo.decoding.steps import MODEL_FREE, validate_config
+from specdemo.decoding.steps import validate_config
 from specdemo.decoding.tree import TreeConfig, validate_tree
 from specdemo.errors import InputError, SpecDemoError
 from specdemo.models import (
@@ -43,18 +44,9 @@ def update(**props) -> dict:
 MAX_NEW_TOKENS = int(os.environ.get("SPECDEMO_MAX_NEW_TOKENS", "512"))
 
 
-METHOD_LABELS = {
-    "draft model": "draft",
-    "prompt lookup": "prompt-lookup",
-    "suffix decoding (prompt + earlier answers)": "suffix",
-    "suffix decoding, as a tree of continuations": "suffix-tree",
-    "hybrid: suffix decoding where it has seen the text, else the draft model": "hybrid",
-    "token tree": "tree",
-    "naive: draft writes half, target continues (NOT lossless)": "naive",
-    "vLLM servers: baseline vs speculative": "vllm",
-    "vLLM's speculative server vs specdemo's own": "vllm-vs-specdemo",
-}
-METHOD_NAMES = {method: label for label, method in METHOD_LABELS.items()}
+def method_labels() -> list[str]:
+    """The Method dropdown's choices, in the registry's order."""
+    return [m.label for m in methods.REGISTRY.values()]
 
 
 DTYPE_CHOICES = ("auto", "float32", "float16", "bfloat16")
@@ -69,7 +61,7 @@ class Settings:
     draft_id: str = ""
     quantization: str = "none"
     dtype: str = "auto"
-    method_label: str = "draft model"
+    method_label: str = methods.DRAFT.label
     gamma: int = 4
     schedule: str = "constant"
     temperature: float = 0.0
@@ -94,7 +86,7 @@ class Settings:
             draft_id=p.draft,
             quantization=p.target_options.quantization,
             dtype=p.target_options.dtype,
-            method_label=METHOD_NAMES[start.method],
+            method_label=methods.get(start.method).label,
             gamma=start.gamma,
             max_new_tokens=min(start.max_new_tokens, MAX_NEW_TOKENS),
             chat_template=p.chat_template,
@@ -109,14 +101,14 @@ class Settings:
 
     @property
     def method(self) -> str:
-        return METHOD_LABELS.get(self.method_label, self.method_label)
+        return methods.from_label(self.method_label)
 
     def config(self) -> DecodeConfig:
         return DecodeConfig(
             max_new_tokens=whole(self.max_new_tokens, "max_new_tokens"),
             gamma=whole(self.gamma, "gamma"),
             schedule=self.schedule,
-            method="draft" if self.method in ("naive", *vllm.METHODS) else self.method,
+            method=self.method,
             max_new_tokens_cap=MAX_NEW_TOKENS,
             sampling=SamplingConfig(
                 number(self.temperature, "temperature"),
@@ -158,7 +150,8 @@ def find_problem(s: Settings) -> tuple[str, str] | None:
         check_prompt(s.prompt)
         config = s.config()
         validate_config(config)
-        if s.method == "tree":
+        method = methods.get(config.method)
+        if method.tree and method.draft_model:  # the draft model's tree has its own shape settings
             validate_tree(config.tree)
         whole(s.draft_vocab or 0, "draft_vocab")
     except InputError as error:
@@ -189,8 +182,17 @@ class Prepared:
     note: str  # said in the status line ("" when nothing to say)
 
 
+def own_method(s: Settings, what: str) -> None:
+    """Refuse, in one line, a method specdemo's engine does not run (naive, the vLLM servers) for ``what``."""
+    method = methods.get(s.method)
+    if method.runner != "specdemo":
+        ours = ", ".join(methods.get(n).label for n in methods.names(runner="specdemo", tree=False))
+        raise InputError(f"{what} follows specdemo's own speculative decoding, not {method.label}: pick {ours}")
+
+
 def needs_draft(s: Settings) -> bool:
-    return s.method not in (*MODEL_FREE, "vllm")  # model-free methods propose without one; vLLM: its servers draft
+    method = methods.REGISTRY.get(s.method)  # an unknown one is refused by validation
+    return method is None or method.draft_model
 
 
 def load_options(s: Settings) -> LoadOptions:
@@ -255,7 +257,7 @@ def start_note(name: str) -> str:
     start = start_settings(PRESETS[name])
     if not start.note:
         return ""
-    method = METHOD_NAMES[start.method]
+    method = methods.get(start.method).label
     return f"Starts with **{method}**, γ {start.gamma}, {start.max_new_tokens} tokens: {start.note}."
 
 

@@ -10,20 +10,19 @@ from pathlib import Path
 from specdemo.app import model_thread
 from specdemo.app.settings import (
     KEEP,
-    METHOD_LABELS,
     Settings,
     decoder,
     friendly,
+    own_method,
     prepare,
 )
-from specdemo.decoding import suffix
-from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA
-from specdemo.decoding.steps import SUFFIX_METHODS
+from specdemo.decoding import methods, suffix
+from specdemo.decoding.methods import DEFAULT_SIDES
 from specdemo.errors import InputError
-from specdemo.measure.bench import DEFAULT_ENGINES, run_bench, table_cells
+from specdemo.measure.bench import default_engines, run_bench, table_cells
 from specdemo.measure.lossless import lossless_progress
 from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens
-from specdemo.models import PRESETS, start_settings, vllm
+from specdemo.models import PRESETS, start_settings
 from specdemo.view import trace as traces
 from specdemo.view.plots import (
     gamma_sweep_figure,
@@ -49,11 +48,11 @@ def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_t
     """The γ sweep on this prompt: (figure, HTML table)."""
     try:
         gamma_list = parse_gammas(gammas)
-        s.method_label = "draft model"
+        s.method_label = methods.DRAFT.label
         prep = prepare(s)
-        engines = (
-            DEFAULT_ENGINES if with_transformers else ("specdemo-baseline", "specdemo-speculative", "specdemo-tree")
-        )
+        # without transformers' rows: the draft model's own engines (its chain and its tree)
+        own = (m.engine for m in methods.REGISTRY.values() if m.bench and m.draft_model and not m.suffix_store)
+        engines = default_engines() if with_transformers else ("specdemo-baseline", "specdemo-speculative", *own)
         result = model_thread.call(
             run_bench,
             prep.pair,
@@ -78,8 +77,9 @@ def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_t
 
 def measured_point(trace: dict | None) -> dict | None:
     """α, γ, c, τ and speedup of the last run, for the theory tab."""
-    if not trace or trace["method"] in ("naive", "vllm-vs-specdemo") or not trace["contender"]:
-        return None  # (one engine against another: no target-alone step time to divide by)
+    method = methods.REGISTRY.get(trace["method"]) if trace else None
+    if not method or not method.lossless or method.sides != DEFAULT_SIDES or not trace["contender"]:
+        return None  # (not speculative decoding, or one engine against another: no target-alone step)
     state, _, settings = traces.from_trace(trace)
     spec, base = state.contender, state.baseline
     drafted = sum(len(s.drafted) for s in spec[1:])
@@ -111,10 +111,7 @@ def lossless_stream(s: Settings, samples: int = 100, k: int = 2, temperature: fl
     """The χ² check as it goes: (figure, markdown) every few samples, with the running p-value;
     the last one is the verdict. ``progress(fraction, desc=...)`` if given."""
     try:
-        if s.method == "naive":
-            raise InputError(
-                "pick draft model, prompt lookup, suffix decoding or tree: the naive method is known not to be lossless"
-            )
+        own_method(s, "the losslessness check")
         s.temperature = temperature
         prep = prepare(s)
         decode = decoder(prep.pair.tokenizer)
@@ -173,14 +170,13 @@ def gamma_for_method(method_label: str, preset: str):
     """A method's own best γ when it is picked: the measured one for the preset's start method; the
     preset's for a draft model; the model-free methods propose for free, so longer (suffix
     decoding's length follows its match below γ)."""
-    method = METHOD_LABELS.get(method_label)
+    name = methods.from_label(method_label)
     start = start_settings(PRESETS[preset]) if preset in PRESETS else None
-    if start and method == start.method:
+    if start and name == start.method:
         return start.gamma
-    if method in SUFFIX_METHODS:  # the hybrid's draft model keeps its own γ
-        return suffix.DEFAULT_GAMMA
-    if method == "prompt-lookup":
-        return PROMPT_LOOKUP_GAMMA
+    own = methods.REGISTRY[name].gamma if name in methods.REGISTRY else None
+    if own:  # the hybrid's draft model keeps its own γ
+        return own
     return PRESETS[preset].gamma if preset in PRESETS else KEEP
 
 
@@ -211,8 +207,23 @@ def methods_view(preset: str, trace: dict | None = None) -> tuple:
     if not path.exists():
         return None, f"<p>No stored table for {escape(preset)}: press <b>Re-measure</b> (a few minutes).</p>", None
     result = json.loads(path.read_text(encoding="utf-8"))
-    current = measured_point(trace) if trace and trace.get("method") not in vllm.METHODS else None
+    current = measured_point(trace) if trace and runs_here(trace.get("method")) else None
     return tasks_figure(result), methods_table_html(result), zoo_figure(result, current=current)
+
+
+def runs_here(name: str | None) -> bool:
+    """A race of this method ran in this process (specdemo's engine), so its clocks can be read."""
+    return name in methods.REGISTRY and methods.get(name).runner == "specdemo"
+
+
+def remeasured_methods() -> list:
+    """What "Re-measure" times: the chains that draft from one source (the draft model, the prompt,
+    earlier answers) and run here; a few minutes in all."""
+    return [
+        m
+        for m in methods.REGISTRY.values()
+        if m.runner == "specdemo" and not m.tree and not (m.draft_model and m.suffix_store) and not m.missing()
+    ]
 
 
 def methods_remeasure(s: Settings, max_new_tokens: int = 48, progress=None) -> tuple:
@@ -220,17 +231,15 @@ def methods_remeasure(s: Settings, max_new_tokens: int = 48, progress=None) -> t
     from specdemo.measure.tasks import encode_tasks, load_tasks, run_tasks
 
     try:
-        s.method_label = "draft model"
+        s.method_label = methods.DRAFT.label
         prep = prepare(s)
         pair = prep.pair
         tasks = load_tasks()
         ids = encode_tasks(pair.tokenizer, tasks, bool(s.chat_template))
         drafters = {
-            "draft": (pair.draft, prep.config.gamma, "draft"),
-            "prompt-lookup": (None, PROMPT_LOOKUP_GAMMA, "prompt-lookup"),
+            m.name: (pair.draft if m.draft_model else None, m.gamma or prep.config.gamma, m.name)
+            for m in remeasured_methods()
         }
-        if suffix.available():
-            drafters["suffix"] = (None, suffix.DEFAULT_GAMMA, "suffix")
         result = model_thread.call(run_tasks, pair.target, drafters, ids, int(max_new_tokens), pair.eos, progress=True)
         result |= {"preset": s.target_id, "gammas": {m: g for m, (_, g, _) in drafters.items()}, "measured": "now"}
         return tasks_figure(result), methods_table_html(result), zoo_figure(result)

@@ -7,15 +7,18 @@ another pair) starts a new list."""
 
 from __future__ import annotations
 
-from specdemo.app.settings import KEEP, METHOD_LABELS
+from specdemo.app.settings import KEEP
 from specdemo.app.tabs import gamma_for_method
+from specdemo.decoding import methods
 from specdemo.view.render import table_html
 
-# What to suggest next, in this order, skipping the ones already raced on this prompt: the
-# model-free methods first (they cost nothing and win wherever the answer repeats text), then
-# the combination, then the tree. Naive (not lossless) and vLLM (needs servers) are never suggested.
-SUGGESTION_ORDER = ("draft", "suffix", "prompt-lookup", "hybrid", "tree", "suffix-tree")
-LABEL_OF = {method: label for label, method in METHOD_LABELS.items()}
+# What to suggest next is the registry's ``suggest`` order, skipping the ones already raced on this
+# prompt: the model-free methods first (they cost nothing and win wherever the answer repeats text),
+# then the combination, then the trees. Naive (not lossless) and vLLM (needs servers) are never suggested.
+
+
+def label_of(name: str) -> str:
+    return methods.REGISTRY[name].label if name in methods.REGISTRY else name
 
 
 def tried_row(trace: dict) -> dict:
@@ -50,9 +53,9 @@ def keep_try(tries: list[dict] | None, trace: dict | None) -> list[dict]:
 
 
 def suggest(tries: list[dict]) -> str | None:
-    """The next method to try: the first of SUGGESTION_ORDER not raced on this prompt yet."""
+    """The next method to try: the first suggestion not raced on this prompt yet that runs here."""
     done = {t["method"] for t in tries}
-    return next((m for m in SUGGESTION_ORDER if m not in done), None)
+    return next((m.name for m in methods.suggestions() if m.name not in done and not m.missing()), None)
 
 
 def tries_html(tries: list[dict]) -> str:
@@ -65,7 +68,7 @@ def tries_html(tries: list[dict]) -> str:
         tau = "–" if t["tau"] is None else f"{t['tau']:.2f}"
         speedup = f"{t['speedup']:.2f}×" + (" ★" if i == best else "")
         same = "yes" if t["identical"] else "no (see the divergence note)"
-        rows.append([LABEL_OF.get(t["method"], t["method"]), str(t["gamma"]), speedup, alpha, tau, same])
+        rows.append([label_of(t["method"]), str(t["gamma"]), speedup, alpha, tau, same])
     return table_html(
         ["method", "γ", "× baseline (wall clock)", "drafts kept", "tokens per target forward", "same text"],
         rows,
@@ -77,7 +80,7 @@ def after_race(tries: list[dict] | None, trace: dict | None) -> tuple:
     """After every race: the kept list, its table, and the suggestion for the next one."""
     tries = keep_try(tries, trace)
     nxt = suggest(tries)
-    return tries, tries_html(tries), LABEL_OF[nxt] if nxt else KEEP
+    return tries, tries_html(tries), label_of(nxt) if nxt else KEEP
 
 
 def pick(label: str | None, preset: str) -> tuple:

@@ -16,14 +16,12 @@ from dataclasses import replace
 
 import torch
 
-from specdemo.decoding.drafters import SCHEDULES, Draft, ModelDrafter, PromptLookupDrafter
-from specdemo.decoding.feature import FeatureDrafter, FeatureHead
+from specdemo.decoding import methods
+from specdemo.decoding.drafters import SCHEDULES, Draft
+from specdemo.decoding.feature import FeatureHead
 from specdemo.decoding.kv import CachedLM, Stopwatch
 from specdemo.decoding.sampling import SamplingConfig, draw, draw_uniform, make_generator, to_probs
 from specdemo.decoding.steps import (  # noqa: F401  (re-exported: the engine's public names)
-    METHODS,
-    MODEL_FREE,
-    SUFFIX_METHODS,
     DecodeConfig,
     Run,
     Step,
@@ -40,7 +38,7 @@ from specdemo.decoding.steps import (  # noqa: F401  (re-exported: the engine's 
     validate_config,
     validate_request,
 )
-from specdemo.decoding.suffix import HybridDrafter, SuffixDrafter, SuffixStore, shared_store, vocabulary_of
+from specdemo.decoding.suffix import SuffixStore, shared_store, vocabulary_of
 from specdemo.decoding.tree import tree_steps
 from specdemo.errors import InputError
 
@@ -104,25 +102,16 @@ def verify_draft(logits: torch.Tensor, draft: Draft, sampling: SamplingConfig, g
 
 
 def make_drafter(config: DecodeConfig, draft_model, target: CachedLM, store: SuffixStore | None = None):
-    if config.method == "prompt-lookup":
-        return PromptLookupDrafter(config.max_ngram)
-    store = (store or shared_store(vocabulary_of(target.model))) if config.method in SUFFIX_METHODS else None
-    if config.method == "suffix":
-        return SuffixDrafter(store, config.suffix, target.vocab_size)
-    if draft_model is None:
-        raise InputError(f"the {config.method} method needs a draft model (or use method prompt-lookup or suffix)")
-    if isinstance(draft_model, FeatureHead):
-        model = FeatureDrafter(draft_model, target, target.vocab_size)
-    else:
-        model = ModelDrafter(draft_model, target.vocab_size, config.min_confidence)
-    if config.method == "hybrid":
-        return HybridDrafter(SuffixDrafter(store, config.suffix, target.vocab_size), model, config.suffix)
-    return model
+    """The chain drafter of ``config.method`` (its registry entry builds it)."""
+    method = methods.get(config.method)
+    if method.suffix_store:
+        store = store or shared_store(vocabulary_of(target.model))
+    return method.drafter(config, draft_model, target, store)
 
 
 def feature_layers(config: DecodeConfig, draft_model) -> tuple[int, ...]:
     """The target layers a feature drafter reads (none for other drafters)."""
-    if config.method not in MODEL_FREE and isinstance(draft_model, FeatureHead):
+    if methods.get(config.method).draft_model and isinstance(draft_model, FeatureHead):
         return draft_model.cfg.layers
     return ()
 
@@ -183,9 +172,12 @@ def decode_steps(
     store: SuffixStore | None = None,
 ) -> Iterator[Step]:
     """Speculative decoding by ``config.method``: a chain (draft model, prompt lookup, suffix) or a tree."""
-    if config.method in ("tree", "suffix-tree"):
-        if config.method == "tree":
-            refuse_feature_head(draft_model, "token tree")
+    method = methods.get(config.method)
+    if method.runner != "specdemo":
+        raise InputError(f"{method.label} is not run by this engine", field="method")
+    if method.tree:
+        if method.draft_model:
+            refuse_feature_head(draft_model, method.label)
         return tree_steps(target_model, draft_model, prompt_ids, config, config.tree, eos, cancel, store)
     return speculative_steps(target_model, draft_model, prompt_ids, config, eos, cancel, store)
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from specdemo.decoding import methods
 from specdemo.decoding.drafters import MAX_GAMMA, SCHEDULES
 from specdemo.decoding.kv import synchronize
 from specdemo.decoding.sampling import SamplingConfig, validate_sampling
@@ -27,18 +28,13 @@ class TreeConfig:
     min_prob: float = 0.0  # prune nodes whose cumulative draft probability is below this
 
 
-METHODS = ("draft", "prompt-lookup", "suffix", "hybrid", "tree", "suffix-tree")
-MODEL_FREE = ("prompt-lookup", "suffix", "suffix-tree")  # methods that run no draft model
-SUFFIX_METHODS = ("suffix", "suffix-tree", "hybrid")  # methods that draft from suffix decoding's store
-
-
 @dataclass
 class DecodeConfig:
     max_new_tokens: int = 64
     gamma: int = 4
     schedule: str = "constant"  # or "heuristic"
     min_confidence: float = 0.0  # draft-confidence stop; 0 = off
-    method: str = "draft"  # or "prompt-lookup", "suffix", "hybrid" (suffix, else the draft model), "tree"
+    method: str = methods.DRAFT.name  # a name in ``methods.REGISTRY``
     max_ngram: int = 3
     suffix: SuffixConfig = field(default_factory=SuffixConfig)  # method "suffix"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -103,12 +99,11 @@ def validate_config(config: DecodeConfig) -> None:
         raise InputError(f"γ (draft length) must be between 1 and {MAX_GAMMA}, got {config.gamma}", field="gamma")
     if config.schedule not in SCHEDULES:
         raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {config.schedule!r}", field="schedule")
-    if config.method not in METHODS:
-        raise InputError(f"method must be one of {', '.join(METHODS)}, got {config.method!r}", field="method")
+    method = methods.get(config.method)  # an unknown name is refused here
     if not 0 <= config.min_confidence < 1:
         raise InputError(f"min_confidence must be in [0, 1), got {config.min_confidence}", field="min_confidence")
     validate_sampling(config.sampling)
-    if config.method in SUFFIX_METHODS:
+    if method.suffix_store:
         validate_suffix(config.suffix)
 
 

@@ -38,23 +38,21 @@ INSTALL_HINT = (
 )
 CONTEXT_WINDOW = 24  # the tree depth: the longest context tail matched (vLLM's default)
 SOURCE_CONTEXT = 6  # tokens of context shown before a proposal in its source
-DEFAULT_GAMMA = 4  # the longest proposal where no γ is chosen (its length follows the match below that; on
-# this CPU a 9-token verify costs 2 steps, and γ = 8 lost to γ = 4 on new instructions: 0.68 vs 1.06x)
+DEFAULT_GAMMA = 4  # the longest proposal where no γ is chosen (its length follows the match below that;
+# a long verify costs more than a longer proposal gains on a CPU: docs/design.md)
 MAX_ANSWERS = 256  # earlier answers a store keeps (FIFO): the memory bound
 
 
 @dataclass(frozen=True)
 class SuffixConfig:
     # propose at most factor × match length tokens (and ≤ γ). vLLM's default is 1.0; here 4.0, so a
-    # 1-token match may propose up to γ = 4, as prompt lookup does: on the grounded tasks (≤ 48 tokens,
-    # 2026-12-02, τ at γ 4, factor 1 / 2 / 4 / prompt lookup) rewrite 2.21 / 2.37 / 2.59 / 2.63, extract
-    # 1.48 / 1.57 / 1.67 / 1.62, code edit 1.53 / 1.60 / 1.64 / 1.35, chat 1.12 / 1.14 / 1.15 / 1.11.
+    # 1-token match may propose up to γ = 4, as prompt lookup does (higher τ on every task: docs/design.md)
     max_spec_factor: float = 4.0
     min_token_prob: float = 0.1  # stop the proposal at a continuation seen less often than this
     # method "hybrid": a suffix proposal from a match of at least hybrid_min tokens is drafted (at
-    # most γ); otherwise the draft model drafts at most hybrid_model_gamma (its own best γ: 1 on this
-    # CPU). The match, not the proposal's length, decides: a 1-token match is a common word, where
-    # the draft model guesses better (story, chat: factor 4 and the proposal's length cost 0.1x there)
+    # most γ); otherwise the draft model drafts at most hybrid_model_gamma (its own best γ on a CPU).
+    # The match, not the proposal's length, decides: a 1-token match is a common word, where the draft
+    # model guesses better
     hybrid_min: int = 2
     hybrid_model_gamma: int = 1
 

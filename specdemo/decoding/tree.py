@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdemo.decoding import methods
 from specdemo.decoding.kv import CachedLM, Stopwatch
 from specdemo.decoding.sampling import SamplingConfig, align_vocab, draw, draw_uniform, make_generator, to_probs
 from specdemo.decoding.steps import (
@@ -289,9 +290,9 @@ def tree_steps(
     Checks run at the call (not at the first step), so an unsupported model fails at once."""
     validate_request(prompt_ids, config, context_length(target_model))
     validate_tree(tree_config)
-    from_suffix = config.method == "suffix-tree"
+    from_suffix = not methods.get(config.method).draft_model  # suffix decoding's tree
     if draft_model is None and not from_suffix:
-        raise InputError("tree drafting needs a draft model (or use suffix-tree)")
+        raise InputError("tree drafting needs a draft model (or use suffix decoding's tree)")
     check_tree_attention(target_model)
     target = CachedLM(target_model)
     if from_suffix:  # the node budget is γ, as for a chain

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field, replace
 import torch
 from tqdm.auto import tqdm
 
+from specdemo.decoding import methods
 from specdemo.decoding.engine import (
-    SUFFIX_METHODS,
     DecodeConfig,
     Run,
     baseline_steps,
@@ -46,30 +46,38 @@ from specdemo.decoding.engine import (
 )
 from specdemo.decoding.feature import FeatureHead
 from specdemo.decoding.kv import synchronize
-from specdemo.decoding.suffix import INSTALL_HINT, SuffixStore, available
+from specdemo.decoding.suffix import SuffixStore
 from specdemo.decoding.tree import TreeConfig
 from specdemo.errors import InputError
 from specdemo.measure.metrics import acceptance_per_position, acceptance_rate, mean_accepted_tokens, predicted_speedup
 from specdemo.models import vllm
 
-ENGINES = (
-    "specdemo-baseline",
-    "specdemo-speculative",
-    "specdemo-prompt-lookup",
-    "specdemo-suffix",
-    "specdemo-hybrid",
-    "specdemo-tree",
-    "transformers-generate",
-    "transformers-assisted",
-    "transformers-prompt-lookup",
-    "vllm-baseline",
-    "vllm-speculative",
-)
-# asked for by name: vLLM rows (they need running servers) and the hybrid; suffix decoding needs arctic-inference
-DEFAULT_ENGINES = tuple(e for e in ENGINES[:-2] if e != "specdemo-hybrid" and (e != "specdemo-suffix" or available()))
 VLLM_ENGINES = {"vllm-baseline": False, "vllm-speculative": True}  # engine → speculates
-ENGINE_METHODS = {"specdemo-prompt-lookup": "prompt-lookup", "specdemo-suffix": "suffix", "specdemo-tree": "tree"}
-ENGINE_METHODS |= {"specdemo-hybrid": "hybrid"}
+
+
+def engine_methods() -> dict[str, str]:
+    """specdemo's engines besides the baseline and the draft model's chain → their method."""
+    return {m.engine: m.name for m in methods.REGISTRY.values() if m.bench}
+
+
+def all_engines() -> tuple[str, ...]:
+    return (
+        "specdemo-baseline",
+        "specdemo-speculative",
+        *engine_methods(),
+        "transformers-generate",
+        "transformers-assisted",
+        "transformers-prompt-lookup",
+        *VLLM_ENGINES,
+    )
+
+
+def default_engines() -> tuple[str, ...]:
+    """The engines a plain ``bench`` runs: vLLM's need servers, and methods that mix drafters (the
+    hybrid) or lack a library here are asked for by name."""
+    mixed = {m.engine for m in methods.REGISTRY.values() if m.draft_model and m.suffix_store}
+    missing = {m.engine for m in methods.REGISTRY.values() if m.missing()}
+    return tuple(e for e in all_engines() if e not in (*VLLM_ENGINES, *mixed, *missing))
 
 
 @dataclass
@@ -271,20 +279,23 @@ def run_bench(
     max_new_tokens: int = 64,
     repeats: int = 3,
     progress: bool = True,
-    engines=DEFAULT_ENGINES,
+    engines=None,
     vllm_urls: dict[str, str] | None = None,
 ) -> dict:
     """Time every engine of ``engines`` (specdemo-baseline always: the predictions need t_t).
 
     ``vllm_urls``: engine → server URL (default: ``vllm.configured_urls()``)."""
+    engines = default_engines() if engines is None else engines
     urls = {f"vllm-{role}": url for role, url in vllm.configured_urls().items()} | (vllm_urls or {})
-    if {"specdemo-suffix", "specdemo-hybrid"} & set(engines) and not available():
-        raise InputError(INSTALL_HINT)
+    for name in map(engine_methods().get, engines):
+        if name and (missing := methods.get(name).missing()):
+            raise InputError(missing)
     base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
     target, draft, eos = pair.target, pair.draft, pair.eos
     skipped = []
     if isinstance(draft, FeatureHead):  # it reads specdemo's verify: chains in specdemo only
-        skipped = [e for e in engines if e in ("specdemo-tree", "transformers-assisted")]
+        trees = {m.engine for m in methods.REGISTRY.values() if m.tree and m.draft_model}
+        skipped = [e for e in engines if e in (*trees, "transformers-assisted")]
         engines = tuple(e for e in engines if e not in skipped)
     # transformers' assisted generation gets the draft as a plain model (full vocabulary).
     assistant = getattr(draft, "full_model", draft)
@@ -312,10 +323,10 @@ def run_bench(
     timed = []
     for engine, g in jobs:
         if engine.startswith("specdemo"):
-            method = ENGINE_METHODS.get(engine, "draft")
+            method = engine_methods().get(engine, methods.DRAFT.name)
             # the tree gets the chain's draft budget: γ nodes (k = 2 children, depth up to γ)
             cfg = replace(base_cfg, gamma=g or 1, method=method, tree=TreeConfig(2, g or 1, g or 1))
-            store = SuffixStore() if method in SUFFIX_METHODS else None
+            store = SuffixStore() if methods.get(method).suffix_store else None
             if engine == "specdemo-baseline":
                 make = lambda p, cfg=cfg: baseline_steps(target, p, cfg, eos)
             else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from specdemo.decoding import methods
 from specdemo.decoding.engine import DecodeConfig, Run, baseline_steps, decode_steps, run_all, run_timed
 from specdemo.measure.diagnosis import limited_by
 from specdemo.measure.divergence import explain
@@ -26,7 +27,7 @@ def compare(pair, prompt_ids: list[int], config: DecodeConfig, warmup: bool = Tr
 
 
 def comparison_record(
-    tokenizer, prompt_ids, base_run: Run, spec_run: Run, dtype: str = "float32", method: str = "draft"
+    tokenizer, prompt_ids, base_run: Run, spec_run: Run, dtype: str = "float32", method: str = methods.DRAFT.name
 ) -> dict:
     """``seconds``: wall clock around each whole generation (the clock to compare with);
     ``compute_seconds``: the sum of the step stopwatches (what the per-step breakdowns add up to);

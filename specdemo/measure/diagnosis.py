@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from specdemo.decoding import methods
 from specdemo.measure.metrics import acceptance_per_position, acceptance_rate, mean_accepted_tokens, tokens_per_second
 
 SLOW = 1.15  # below this measured speedup the summary says why
@@ -65,11 +66,13 @@ def explain_term(term: str, t: dict, method: str) -> str:
     speedup = f"{t['speedup']:.2f}×"
     if term == "acceptance":
         positions = ", ".join(f"{share:.0%}" for share in t["per_position"][:4])
-        other = {
-            "prompt-lookup": "suffix decoding (it also remembers earlier answers), a draft model for new text, or",
-            "suffix": "a draft model (for new text) or",
-            "suffix-tree": "a draft model (for new text) or",
-        }.get(method, "prompt lookup or suffix decoding (for text that copies the prompt or earlier answers) or")
+        m = methods.get(method)
+        if m.draft_model:
+            other = "prompt lookup or suffix decoding (for text that copies the prompt or earlier answers) or"
+        elif m.suffix_store:
+            other = "a draft model (for new text) or"
+        else:
+            other = "suffix decoding (it also remembers earlier answers), a draft model for new text, or"
         return (
             f"{speedup}: held back by acceptance. The target kept {t['alpha']:.0%} of the drafted tokens "
             f"(by position: {positions}), so each target forward emitted only τ = {t['tau']:.2f} tokens. "
@@ -109,7 +112,7 @@ def explain_noise(t: dict) -> str:
 
 
 def limited_by(
-    baseline: Sequence, speculative: Sequence, method: str = "draft", speedup: float | None = None
+    baseline: Sequence, speculative: Sequence, method: str = methods.DRAFT.name, speedup: float | None = None
 ) -> dict | None:
     """When a run's measured speedup is below SLOW: {term, text, terms}; when a run that kept nothing
     shows one at or above it: the same, term "noise"; otherwise None.

@@ -4,33 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specdemo.decoding import methods
 from specdemo.decoding.engine import Step
 from specdemo.measure.diagnosis import limited_by
 from specdemo.measure.divergence import explain, first_difference
 from specdemo.measure.metrics import acceptance_per_position, acceptance_rate, mean_accepted_tokens, tokens_per_second
 
-# method shown in the UI → (description, lossless?)
-METHODS = {
-    "draft": ("speculative decoding with the draft model", True),
-    "prompt-lookup": ("speculative decoding with prompt lookup (no draft model)", True),
-    "suffix": ("speculative decoding with suffix decoding (the prompt and earlier answers; no draft model)", True),
-    "tree": ("speculative decoding with a token tree drafted by the draft model", True),
-    "suffix-tree": ("speculative decoding with suffix decoding's tree of continuations (no draft model)", True),
-    "hybrid": ("speculative decoding with suffix decoding where it has a proposal, else the draft model", True),
-    "naive": ("NOT speculative decoding: the draft writes the first half, the target continues", False),
-    "vllm": ("vLLM's speculative decoding against vLLM's baseline, two servers over HTTP", True),
-    "vllm-vs-specdemo": ("vLLM's speculative decoding (a server) against specdemo's own (the draft model)", True),
-}
-# What the two sides of a race are, where they are not the target alone and speculative decoding:
-# (left pane, right pane, what the speedup divides).
-SIDES = {
-    "vllm-vs-specdemo": (
-        "vLLM speculative",
-        "specdemo speculative",
-        "specdemo's tokens/s ÷ vLLM's speculative tokens/s (wall clock on both: one engine against the other)",
-    ),
-}
-DEFAULT_SIDES = ("baseline", "speculative", "speculative tokens/s ÷ baseline tokens/s")
 # Said under a vLLM race: what its colours can and cannot know.
 VLLM_LEGEND = (
     "vLLM streams what each step emitted: green (kept drafts) and blue (bonus, all kept) are exact; "
@@ -54,7 +33,11 @@ class RaceState:
 
     @property
     def lossless(self) -> bool:
-        return METHODS[self.method][1]
+        return self.about.lossless
+
+    @property
+    def about(self) -> methods.Method:
+        return methods.get(self.method)
 
     def tokens(self, side: str) -> list[int]:
         steps = self.baseline if side == "baseline" else self.contender
@@ -80,7 +63,7 @@ class RaceState:
             "baseline_tokens": sum(len(s.emitted) for s in base),
             "speculative_tokens": spec_tokens,
         }
-        if self.method != "naive":
+        if self.about.runner != "naive":
             out |= {
                 "acceptance_rate": acceptance_rate(spec),
                 "mean_accepted_tokens": mean_accepted_tokens(spec),
@@ -89,17 +72,17 @@ class RaceState:
                 "target_forwards_saved": spec_tokens - len(spec),
             }
             out["alpha_per_position"] = acceptance_per_position(spec)  # [] for a tree: no positions
-            if self.server_counters is not None and self.method == "vllm":  # its stream never shows rejections
+            if self.server_counters is not None and self.about.runner == "vllm":  # its stream never shows rejections
                 out["acceptance_rate"] = self.server_counters["acceptance_rate"]
                 out["alpha_per_position"] = self.server_counters["alpha_per_position"]
             elif self.server_counters is not None:  # the left side is vLLM's: its acceptance beside ours
                 out["server_acceptance_rate"] = self.server_counters["acceptance_rate"]
             # said once the race is over: "why no speedup?" from this run's own numbers (specdemo's
             # steps only: a vLLM stream has no draft or verify clocks to read it from)
-            if self.done and self.server_counters is None and self.method not in SIDES:
+            if self.done and self.server_counters is None and self.about.runner == "specdemo":
                 why = limited_by(base, spec, self.method)
                 out["limited_by"] = {"term": why["term"], "text": why["text"]} if why else None
-        out["sides"] = SIDES.get(self.method, DEFAULT_SIDES)
+        out["sides"] = self.about.sides
         diff = self.first_difference()
         out["identical_so_far"] = diff is None
         out["first_difference"] = diff

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from specdemo.decoding.engine import SUFFIX_METHODS, DecodeConfig, baseline_steps, decode_steps
+from specdemo.decoding import methods as registry
+from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps
 from specdemo.decoding.suffix import SuffixStore
 from specdemo.measure.bench import SpecdemoJob, time_interleaved
 
@@ -26,6 +27,13 @@ NAMES = {"draft": "draft model", "feature": "feature drafter", "prompt-lookup": 
 NAMES |= {"self-int8": "the target in int8 (self-draft)"}
 NAMES |= {"suffix": "suffix decoding", "suffix-tree": "suffix decoding's tree", "hybrid": "suffix + draft model"}
 NAMES |= {"feature-hybrid": "suffix + feature drafter"}
+
+
+def from_suffix(row_method: str) -> bool:
+    """A row's method drafts from suffix decoding's store (rows may also name draft-model variants)."""
+    return row_method in registry.REGISTRY and registry.get(row_method).suffix_store
+
+
 GROUNDED = ("code-edit", "rewrite", "extract")  # tasks whose answers copy the prompt
 REPEATED = "chat-again"  # the chat prompts asked a second time: only suffix decoding remembers
 
@@ -80,7 +88,7 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
     Returns {"rows": [...], "best": {task: method}}."""
     started = time.perf_counter()
     base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
-    suffix_methods = [m for m, (_, _, engine_method) in drafters.items() if engine_method in SUFFIX_METHODS]
+    suffix_methods = [m for m, (_, _, engine_method) in drafters.items() if registry.get(engine_method).suffix_store]
     again = "chat" in tasks and bool(suffix_methods)
     rows, best, stores = [], {}, {}
     total = sum(len(prompts) for prompts in tasks.values()) + (len(tasks["chat"]) if again else 0)
@@ -92,7 +100,7 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
         for method in methods:
             draft, gamma, engine_method = drafters[method]
             cfg = replace(base_cfg, gamma=gamma, method=engine_method)
-            store = stores.setdefault(method, SuffixStore()) if engine_method in SUFFIX_METHODS else None
+            store = stores.setdefault(method, SuffixStore()) if registry.get(engine_method).suffix_store else None
             make = lambda p, d=draft, c=cfg, s=store: decode_steps(target, d, p, c, eos, store=s)
             jobs.append(SpecdemoJob(method, gamma, make, target.device))
         baseline, *measured = time_interleaved(jobs, prompts, 1, bar)
@@ -140,7 +148,7 @@ def why_sentence(task: str, result: dict) -> str:
             f"kept {best['alpha']:.0%} of the time (τ = {best['tau']:.2f}), too few to cover the verify and drafting."
         )
     lookup = rows.get("prompt-lookup")
-    if best["method"] in SUFFIX_METHODS and task == REPEATED:
+    if from_suffix(best["method"]) and task == REPEATED:
         reason = (
             "these questions were answered before in this process, and suffix decoding proposes the earlier "
             f"answers whole ({best['alpha']:.0%} kept, τ = {best['tau']:.2f} tokens a forward)"
@@ -150,7 +158,7 @@ def why_sentence(task: str, result: dict) -> str:
             "part of the answer repeats the prompt or earlier answers and part is new: suffix decoding drafts "
             f"the repeats for free and the draft model the rest ({best['alpha']:.0%} kept)"
         )
-    elif best["method"] in SUFFIX_METHODS:
+    elif from_suffix(best["method"]):
         reason = (
             "the answer repeats spans of the prompt or of earlier answers; suffix decoding proposes as much of "
             f"a span as its match supports ({best['alpha']:.0%} kept) at no model cost"

@@ -66,13 +66,9 @@ static inline __attribute__((always_inline)) void expand_block(const int kind, c
 
 #define CHUNK 64  // blocks whose scales are widened at once
 // Output rows [o0, o1) for R rows of x, one output row at a time; `kind` is a constant in each copy (the
-// compiler drops the other kinds' branches from the loop). On a 2-core Sapphire Rapids (2026-12-02, all of
-// SmolLM2's products at 1 / 4 / 9 / 12 rows, ms, interleaved): 12.1 / 16.6 / 28.1 / 34.1 against the AVX2
-// kernel's 18.4 / 23.3 / 39.1 / 49.5 on the same machine. What paid: the fp16 scales widened 16 at a time
-// and each Q4_1 weight picked from its block's 16-value table (fewer shuffles: the shuffle port was full);
-// two sums per row, which the 32 registers hold for 12 rows, took another 1 ms off a 1-row step. Measured
-// and not kept: two output rows together for up to 6 rows (each x vector loaded once for both: the same
-// bits), 13.1 / 16.6 / 19.8 ms at 1 / 3 / 5 rows against 13.9 / 16.0 / 19.6 one at a time: loads do not bound it.
+// compiler drops the other kinds' branches from the loop). Scales are widened 16 at a time and each Q4_1
+// weight is picked from its block's 16-value table because the shuffle port, not memory, bounds this loop
+// (docs/design.md, "Measured decisions", has the before/after and the variants not kept).
 static inline __attribute__((always_inline)) void pass_kind(const int kind, const int R, const float *x, int64_t in,
                                                             const uint8_t *codes, const uint16_t *scales, float *y,
                                                             int64_t out, int64_t o0, int64_t o1) {

@@ -45,10 +45,8 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
-# Up to this many rows (a step, a verify, a short prompt: three of the kernel's 12-row passes) the
-# kernel; above it (a long prompt's prefill) torch's fp32 product on the kept weight, which is as fast
-# from ≈ 40–48 rows on. SmolLM2's whole prefill on a 2-core EPYC (2026-12-02, interleaved, ms):
-# 17 rows 57 vs torch's 100, 24: 83 vs 115, 32: 90 vs 120, 40: 136 vs 145, 48: 150 vs 155, 62: 169 vs 169.
+# Up to this many rows (a step, a verify, a short prompt) the kernel; above it torch's fp32 product on
+# the kept weight, as fast from ≈ 40 rows on (docs/design.md, "Measured decisions").
 MAX_ROWS = 36
 SMALL = 100_000  # weights below this many run on one thread (measured: a second thread pays from ≈ 110k)
 BLOCK = 32

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from specdemo.decoding import methods
 from specdemo.models import smollm2
 from specdemo.models.loading import LoadOptions
 
@@ -52,7 +53,7 @@ class Preset:
 class StartSettings:
     """What a preset's race starts with: measured where assets/defaults/<preset>.json exists."""
 
-    method: str = "draft"
+    method: str = methods.DRAFT.name
     gamma: int = 4
     max_new_tokens: int = 128
     note: str = ""  # where the choice comes from, for the app
@@ -64,11 +65,8 @@ def start_settings(preset: Preset, folder: Path = DEFAULTS_DIR) -> StartSettings
     path = folder / f"{preset.name}.json"
     if not path.exists():
         return StartSettings(gamma=preset.gamma)
-    from specdemo.decoding import suffix
-    from specdemo.decoding.engine import SUFFIX_METHODS
-
     stored = json.loads(path.read_text(encoding="utf-8"))
-    runnable = [r for r in stored["ranked"] if suffix.available() or r["method"] not in SUFFIX_METHODS]
+    runnable = [r for r in stored["ranked"] if not methods.get(r["method"]).missing()]
     best = runnable[0]
     note = (
         f"the fastest of {len(stored['ranked'])} choices on its {stored['prompts']} example prompts "
@@ -104,12 +102,12 @@ SMOLLM2 = Preset(
     smollm2.HUB_ID,
     SMOLLM2_DRAFT,
     # the same fp32 weights, kept as the GGUF's blocks (the draft: fp16) and expanded inside the product:
-    # measured faster on both sides of every race here (README, "Where a verify's time goes")
+    # faster on both sides of every race on a CPU (docs/design.md)
     target_options=LoadOptions(dtype="float32", quantization="compact-fp32"),
     draft_options=LoadOptions(dtype="float32", quantization="compact-fp32"),
     examples=INSTRUCT_PROMPTS[:1] + GROUNDED_EXAMPLES + INSTRUCT_PROMPTS[1:],
     draft_vocab=8192,
-    gamma=1,  # measured best here (README, Training the drafts: 1.15x at γ = 1, 1.09x at γ = 2; feature: 1.11x)
+    gamma=1,  # the draft model's best γ on a 2-core CPU (docs/design.md)
 )
 
 PRESETS = {

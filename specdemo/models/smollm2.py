@@ -59,9 +59,8 @@ def is_complete(folder: Path) -> bool:
 
 
 CONVERSION_STAGES = 3  # read the tokenizer, read the GGUF, write the checkpoint
-# each stage's share of a conversion's time (measured 2026-12-02 on a 2 vCPU Sapphire Rapids: 8.1 / 21.8 /
-# 3.5 s), and transformers' own progress bar while it reads the GGUF, whose tensors give the progress within
-# that long stage
+# each stage's share of a conversion's time (docs/design.md), and transformers' own progress bar while it
+# reads the GGUF, whose tensors give the progress within that long stage
 STAGE_SHARES = (0.25, 0.65, 0.10)
 GGUF_BAR = "Converting and de-quantizing GGUF tensors"
 converting = {"stages_done": None}  # while a conversion runs in this process: how far it is (the app shows it)

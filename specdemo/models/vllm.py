@@ -45,9 +45,6 @@ def configured_urls(baseline: str | None = None, speculative: str | None = None)
 SERVED_NAME = "specdemo-target"  # the name the servers specdemo starts answer to
 
 
-METHODS = ("vllm", "vllm-vs-specdemo")  # the race's methods that stream from a vLLM server
-
-
 class BackendError(SpecDemoError):
     """A vLLM server is down, not ready, serving another model, or failed mid-stream (one line)."""
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
+from specdemo.decoding import methods
+from specdemo.decoding.methods import DEFAULT_SIDES
 from specdemo.measure.diagnosis import question
-from specdemo.measure.race import DEFAULT_SIDES
 
 KINDS = {
     # kind: (label, explanation, css colour, ANSI code)
@@ -174,16 +175,9 @@ def plain_text(steps: Sequence, decode) -> str:
     return "".join(decode(t) for s in steps for t in s.emitted)
 
 
-PANE_TITLES = {
-    "vllm": ("Baseline: vLLM, the target alone", "Speculative: vLLM, its drafts checked by the target"),
-    "vllm-vs-specdemo": ("vLLM: speculative decoding on its server", "specdemo: speculative decoding in this process"),
-}
-DEFAULT_PANE_TITLES = ("Baseline: the target alone", "Speculative: draft, then one target check")
-
-
 def pane_titles(method: str) -> tuple[str, str]:
     """The headings over the two panes (Markdown): what each side of this race is."""
-    left, right = PANE_TITLES.get(method, DEFAULT_PANE_TITLES)
+    left, right = methods.get(method).panes
     return f"### {left}", f"### {right}"
 
 

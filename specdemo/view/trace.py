@@ -8,9 +8,10 @@ from dataclasses import fields
 
 import torch
 
+from specdemo.decoding import methods
 from specdemo.decoding.engine import Step
 from specdemo.errors import InputError
-from specdemo.measure.race import METHODS, RaceState
+from specdemo.measure.race import RaceState
 
 TRACE_VERSION = 1
 STEP_FIELDS = {f.name for f in fields(Step)}
@@ -71,7 +72,7 @@ def from_trace(data: dict | str):
             data = json.loads(data)
         if data.get("specdemo_trace") != TRACE_VERSION:
             raise InputError("this file is not a specdemo trace (or one of another version)")
-        if data["method"] not in METHODS:
+        if data["method"] not in methods.REGISTRY:
             raise InputError(f"the trace names an unknown method {data['method']!r}")
         steps = {
             side: [Step(**{k: v for k, v in d.items() if k in STEP_FIELDS}) for d in data[side]]

@@ -1,0 +1,227 @@
+"""Every decoding method, registered once: its name, what the app calls it, what it needs, how it drafts.
+
+The CLI's choices, the app's dropdown, "try another method", the benchmark's engines, the race's
+side names and validation all read this registry, so a new drafter is one module and one
+``register(Method(...))`` (``tests/test_methods.py`` adds a toy one and finds it everywhere).
+
+A method changes the proposal and its q, never the acceptance rule (``engine.verify_draft``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA, ModelDrafter, PromptLookupDrafter
+from specdemo.decoding.feature import FeatureDrafter, FeatureHead
+from specdemo.decoding import suffix
+from specdemo.decoding.suffix import DEFAULT_GAMMA as SUFFIX_GAMMA
+from specdemo.decoding.suffix import HybridDrafter, SuffixDrafter
+from specdemo.errors import InputError
+
+# A race's two sides where they are the target alone and speculative decoding:
+# (left pane, right pane, what the speedup divides).
+DEFAULT_SIDES = ("baseline", "speculative", "speculative tokens/s ÷ baseline tokens/s")
+DEFAULT_PANES = ("Baseline: the target alone", "Speculative: drafts, each step checked by one target forward")
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # the CLI's, the API's and a trace's word for it
+    label: str  # the app's dropdown
+    description: str  # one line: what the right-hand side of a race is
+    lossless: bool = True  # False only for the naive hand-off, which checks nothing
+    draft_model: bool = True  # runs a draft model (else it proposes from text: no model to load)
+    suffix_store: bool = False  # drafts from suffix decoding's store of earlier answers
+    tree: bool = False  # verifies a tree of proposals in one forward (``tree.tree_steps``), not a chain
+    # who runs the race's right side: "specdemo" (this engine), "naive" (the unchecked hand-off),
+    # "vllm" (two vLLM servers) or "vllm-vs-specdemo" (a vLLM server against this engine)
+    runner: str = "specdemo"
+    gamma: int | None = None  # its own γ where none is chosen (None: the preset's)
+    # (config, draft model, target CachedLM, suffix store) → a drafter with ``propose``; chains only
+    drafter: Callable | None = None
+    suggest: int | None = None  # its place in "try another method" (None: never suggested)
+    start: bool = False  # a candidate for a preset's measured start (``python -m specdemo defaults``)
+    bench: bool = False  # a row of ``python -m specdemo bench`` (engine "specdemo-<name>")
+    sides: tuple[str, str, str] = DEFAULT_SIDES
+    panes: tuple[str, str] = DEFAULT_PANES  # the headings over the race's two panes
+
+    def missing(self) -> str | None:
+        """What this process lacks to run it (one line), or None."""
+        return suffix.INSTALL_HINT if self.suffix_store and not suffix.available() else None
+
+    @property
+    def engine(self) -> str:
+        """Its benchmark engine's name."""
+        return f"specdemo-{self.name}"
+
+
+REGISTRY: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    if method.name in REGISTRY:
+        raise ValueError(f"a method named {method.name!r} is registered already")
+    REGISTRY[method.name] = method
+    return method
+
+
+def get(name: str) -> Method:
+    """The method called ``name``; an unknown name is refused in one line."""
+    if name not in REGISTRY:
+        raise InputError(f"method must be one of {', '.join(REGISTRY)}, got {name!r}", field="method")
+    return REGISTRY[name]
+
+
+def from_label(label: str) -> str:
+    """The app's dropdown label → its method's name (a name, or anything unknown, passes through
+    for ``get`` to accept or refuse)."""
+    return next((m.name for m in REGISTRY.values() if m.label == label), label)
+
+
+def names(**wanted) -> list[str]:
+    """The registered names, in order, whose fields equal ``wanted`` (e.g. ``runner="specdemo"``)."""
+    return [m.name for m in REGISTRY.values() if all(getattr(m, k) == v for k, v in wanted.items())]
+
+
+def suggestions() -> list[Method]:
+    """The methods "try another method" offers, in its order."""
+    return sorted((m for m in REGISTRY.values() if m.suggest is not None), key=lambda m: m.suggest)
+
+
+# --- the drafters: one function per way of proposing --------------------------------------------
+
+
+def model_drafter(config, draft_model, target, store=None):
+    """The draft model's chain; a feature drafter (EAGLE-style head) reads the target's features."""
+    if draft_model is None:
+        raise InputError(f"the {config.method} method needs a draft model (or use prompt lookup or suffix decoding)")
+    if isinstance(draft_model, FeatureHead):
+        return FeatureDrafter(draft_model, target, target.vocab_size)
+    return ModelDrafter(draft_model, target.vocab_size, config.min_confidence)
+
+
+def prompt_lookup_drafter(config, draft_model, target, store=None):
+    return PromptLookupDrafter(config.max_ngram)
+
+
+def suffix_drafter(config, draft_model, target, store=None):
+    return SuffixDrafter(store, config.suffix, target.vocab_size)
+
+
+def hybrid_drafter(config, draft_model, target, store=None):
+    """Suffix decoding where it has seen the text, else the draft model."""
+    model = model_drafter(config, draft_model, target)
+    return HybridDrafter(suffix_drafter(config, draft_model, target, store), model, config.suffix)
+
+
+# --- the registry: the order here is the dropdown's ----------------------------------------------
+
+DRAFT = register(
+    Method(
+        "draft",
+        "draft model",
+        "speculative decoding with the draft model",
+        drafter=model_drafter,
+        suggest=0,
+        start=True,
+        bench=False,  # the benchmark's "specdemo-speculative" row
+    )
+)
+register(
+    Method(
+        "prompt-lookup",
+        "prompt lookup",
+        "speculative decoding with prompt lookup (no draft model)",
+        draft_model=False,
+        gamma=PROMPT_LOOKUP_GAMMA,
+        drafter=prompt_lookup_drafter,
+        suggest=2,
+        start=True,
+        bench=True,
+    )
+)
+register(
+    Method(
+        "suffix",
+        "suffix decoding (prompt + earlier answers)",
+        "speculative decoding with suffix decoding (the prompt and earlier answers; no draft model)",
+        draft_model=False,
+        suffix_store=True,
+        gamma=SUFFIX_GAMMA,
+        drafter=suffix_drafter,
+        suggest=1,
+        start=True,
+        bench=True,
+    )
+)
+register(
+    Method(
+        "suffix-tree",
+        "suffix decoding, as a tree of continuations",
+        "speculative decoding with suffix decoding's tree of continuations (no draft model)",
+        draft_model=False,
+        suffix_store=True,
+        tree=True,
+        gamma=SUFFIX_GAMMA,
+        suggest=5,
+        start=True,
+    )
+)
+register(
+    Method(
+        "hybrid",
+        "hybrid: suffix decoding where it has seen the text, else the draft model",
+        "speculative decoding with suffix decoding where it has a proposal, else the draft model",
+        suffix_store=True,
+        gamma=SUFFIX_GAMMA,
+        drafter=hybrid_drafter,
+        suggest=3,
+        start=True,
+        bench=True,
+    )
+)
+register(
+    Method(
+        "tree",
+        "token tree",
+        "speculative decoding with a token tree drafted by the draft model",
+        tree=True,
+        suggest=4,
+        bench=True,
+    )
+)
+register(
+    Method(
+        "naive",
+        "naive: draft writes half, target continues (NOT lossless)",
+        "NOT speculative decoding: the draft writes the first half, the target continues",
+        lossless=False,
+        runner="naive",
+        panes=(DEFAULT_PANES[0], "Naive: the draft writes the first half unchecked, then the target"),
+    )
+)
+register(
+    Method(
+        "vllm",
+        "vLLM servers: baseline vs speculative",
+        "vLLM's speculative decoding against vLLM's baseline, two servers over HTTP",
+        draft_model=False,  # its servers draft
+        runner="vllm",
+        panes=("Baseline: vLLM, the target alone", "Speculative: vLLM, its drafts checked by the target"),
+    )
+)
+register(
+    Method(
+        "vllm-vs-specdemo",
+        "vLLM's speculative server vs specdemo's own",
+        "vLLM's speculative decoding (a server) against specdemo's own (the draft model)",
+        runner="vllm-vs-specdemo",
+        panes=("vLLM: speculative decoding on its server", "specdemo: speculative decoding in this process"),
+        sides=(
+            "vLLM speculative",
+            "specdemo speculative",
+            "specdemo's tokens/s ÷ vLLM's speculative tokens/s (wall clock on both: one engine against the other)",
+        ),
+    )
+)
