@@ -1,0 +1,209 @@
+"""``bench``: engines × γ on a preset's prompts, ``--tasks`` (methods × tasks) and ``--defaults`` (the race's start)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from specdemo.cli.common import (
+    add_pair_args,
+    bench_prompts,
+    encode,
+    load_from_args,
+)
+from specdemo.decoding import methods
+from specdemo.decoding.engine import DecodeConfig, validate_config
+from specdemo.errors import InputError
+from specdemo.measure.bench import all_engines, default_engines
+from specdemo.measure.defaults import CANDIDATES
+from specdemo.models import (
+    PRESETS,
+    load_pair,
+)
+from specdemo.models.presets import DEFAULTS_DIR
+
+
+def add_parsers(sub) -> None:
+    bench = sub.add_parser("bench", help="specdemo vs transformers on the same pair and prompts")
+    add_pair_args(bench)
+    bench.add_argument(
+        "--prompts",
+        default=None,
+        help="a text file, one prompt per line (default: the preset's held-out prompts in assets/prompts/)",
+    )
+    bench.add_argument("--gammas", default="1,2,3,4,6,8")
+    bench.add_argument(
+        "--engines",
+        default=",".join(default_engines()),
+        help=f"comma-separated, from {', '.join(all_engines())} (specdemo-baseline always runs; vllm-* need servers)",
+    )
+    bench.add_argument("--max-new-tokens", type=int, default=64)
+    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--csv", default=None)
+    bench.add_argument("--plot", default=None, help="write the speedup-vs-γ figure as HTML")
+    bench.add_argument(
+        "--vllm-baseline-url", default=None, help="vllm-baseline's server (default $SPECDEMO_VLLM_BASELINE_URL)"
+    )
+    bench.add_argument(
+        "--vllm-speculative-url",
+        default=None,
+        help="vllm-speculative's server (default $SPECDEMO_VLLM_SPECULATIVE_URL)",
+    )
+    bench.add_argument("--tasks", action="store_true", help="methods × tasks on assets/prompts/tasks/ instead")
+    bench.add_argument(
+        "--methods",
+        default=f"{methods.DRAFT.name},{methods.get('prompt-lookup').name}",
+        help=f"--tasks: some of {', '.join(task_method_names())}, each optionally with its γ (suffix=6)",
+    )
+    bench.add_argument("--task-names", default=None, help="--tasks: a comma-separated subset of the task files")
+    bench.add_argument(
+        "--out", default=None, help="--tasks: also write the table as JSON here; --defaults: store them here instead"
+    )
+    bench.add_argument(
+        "--defaults",
+        action="store_true",
+        help="race --candidates on the preset's example prompts; store the fastest as the app's start",
+    )
+    bench.add_argument("--candidates", default=CANDIDATES, help="--defaults: methods at a γ each")
+
+
+# Draft-model variants the methods × tasks table races beside the registry's methods: each runs a
+# registered method (its value) with another draft model (``drafter_for`` loads it).
+DRAFT_VARIANTS = {"feature": "draft", "self-int8": "draft", "feature-hybrid": "hybrid"}
+SELF_DRAFT_GAMMA = 2  # the target in int8 drafts for itself: right almost always, but it costs ≈ 0.7 of a step
+
+
+def task_method_names() -> list[str]:
+    """What ``bench --tasks --methods`` takes: the methods a race may start with, and the variants."""
+    return [*methods.names(start=True), *DRAFT_VARIANTS]
+
+
+def task_methods(text: str) -> dict[str, int | None]:
+    """``--methods draft,suffix=6`` → {method: its γ, or None for the method's own}."""
+    chosen: dict[str, int | None] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        method, _, gamma = item.partition("=")
+        bad_gamma = gamma and not (gamma.isdigit() and 1 <= int(gamma) <= 32)
+        if method not in task_method_names() or method in chosen or bad_gamma:
+            chosen = {}
+            break
+        chosen[method] = int(gamma) if gamma else None
+    if not chosen:
+        raise InputError(
+            f"--methods takes some of {', '.join(task_method_names())}, each once, optionally with its γ "
+            f"(e.g. suffix=6, 1–32), got {text!r}"
+        )
+    return chosen
+
+
+def drafter_for(method: str, pair, preset) -> tuple:
+    """A ``--methods`` name → (draft model or None, the method's own γ, the engine's method)."""
+    from specdemo.models import SMOLLM2_FEATURE
+
+    if method in methods.REGISTRY:
+        m = methods.get(method)
+        return (pair.draft if m.draft_model else None), m.gamma or preset.gamma, m.name
+    runs = methods.get(DRAFT_VARIANTS[method])
+    if method == "self-int8":  # no training: the same weights with int8 arithmetic propose, fp32 verifies
+        own = replace(preset.target_options, quantization="int8-cpu")
+        return load_pair(pair.target_id, pair.target_id, preset.target_options, own).draft, SELF_DRAFT_GAMMA, runs.name
+    # the feature drafter, alone or where suffix decoding has nothing to propose
+    feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
+    gamma = runs.gamma or PRESETS.get("smollm2-135m-feature", preset).gamma
+    return feature.draft, gamma, runs.name
+
+
+def cmd_tasks(args) -> None:
+    from specdemo.measure.tasks import encode_tasks, format_tasks, load_tasks, run_tasks
+
+    chosen = task_methods(args.methods)
+    methods = list(chosen)
+    names = [t.strip() for t in args.task_names.split(",")] if args.task_names else None
+    tasks = load_tasks(names=names)
+    if not tasks:
+        raise InputError(f"no task files match --task-names {args.task_names!r}")
+    pair = load_from_args(args)
+    preset = PRESETS[args.preset]
+    drafters = {m: drafter_for(m, pair, preset) for m in methods}
+    for m, gamma in chosen.items():  # a γ given with the method wins over its own
+        if gamma is not None:
+            drafters[m] = (drafters[m][0], gamma, drafters[m][2])
+    ids = encode_tasks(pair.tokenizer, tasks, not args.no_chat_template)
+    result = run_tasks(pair.target, drafters, ids, args.max_new_tokens, pair.eos, progress=not args.json)
+    result |= {"preset": args.preset, "gammas": {m: g for m, (_, g, _) in drafters.items()}}
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps(result) if args.json else format_tasks(result))
+
+
+def defaults_candidates(text: str) -> list[tuple[str, int]]:
+    """``draft=1,draft=2,hybrid=4`` → [(method, γ)]: a method may come at several γ, each once."""
+    chosen = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        method, _, gamma = item.partition("=")
+        if method not in methods.names(start=True) or not (gamma.isdigit() and 1 <= int(gamma) <= 32):
+            chosen = []
+            break
+        chosen.append((method, int(gamma)))
+    if not chosen or len(set(chosen)) < len(chosen):
+        raise InputError(
+            f"--candidates takes methods of {', '.join(methods.names(start=True))}, each with a γ of 1–32 "
+            f"(e.g. draft=1,hybrid=4), none twice, got {text!r}"
+        )
+    return chosen
+
+
+def cmd_defaults(args) -> None:
+    from specdemo.measure.defaults import choose_defaults, format_defaults, store_defaults
+    from specdemo.recipes.card import machine
+
+    candidates = defaults_candidates(args.candidates)
+    validate_config(DecodeConfig(max_new_tokens=args.max_new_tokens))
+    preset = PRESETS[args.preset]
+    pair = load_from_args(args)
+    drafters = {}
+    for method, gamma in candidates:
+        model, _, engine_method = drafter_for(method, pair, preset)
+        drafters[(method, gamma)] = (model, gamma, engine_method)
+    prompts = [encode(pair, args, p) for p in preset.examples]
+    chosen = choose_defaults(pair.target, drafters, prompts, args.max_new_tokens, pair.eos, progress=not args.json)
+    chosen["kernels"] = getattr(pair.target, "specdemo_kernels", "torch's products")
+    path = Path(args.out) if args.out else DEFAULTS_DIR / f"{args.preset}.json"
+    store_defaults(path, args.preset, chosen, machine())
+    print(json.dumps(chosen) if args.json else f"{format_defaults(chosen)}\nstored in {path}")
+
+
+def cmd_bench(args) -> None:
+    if args.tasks:
+        return cmd_tasks(args)
+    if args.defaults:
+        return cmd_defaults(args)
+    from specdemo.measure.bench import format_table, run_bench, to_json, write_csv
+    from specdemo.models import vllm
+    from specdemo.view.plots import gamma_sweep_figure
+
+    try:
+        gammas = [int(g) for g in args.gammas.split(",") if g.strip()]
+    except ValueError:
+        raise InputError(f"--gammas takes whole numbers separated by commas, got {args.gammas!r}") from None
+    if not gammas or not all(1 <= g <= 32 for g in gammas):
+        raise InputError("every γ in --gammas must be between 1 and 32")
+    if args.repeats < 1:
+        raise InputError("--repeats must be ≥ 1")
+    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    if unknown := set(engines) - set(all_engines()):
+        raise InputError(f"unknown engine(s) {', '.join(sorted(unknown))}: choose from {', '.join(all_engines())}")
+    validate_config(DecodeConfig(max_new_tokens=args.max_new_tokens))
+    texts = bench_prompts(args.prompts or PRESETS[args.preset].prompts_file)
+    pair = load_from_args(args)
+    prompts = [encode(pair, args, p) for p in texts]
+    urls = vllm.configured_urls(args.vllm_baseline_url, args.vllm_speculative_url)
+    urls = {f"vllm-{role}": url for role, url in urls.items()}
+    result = run_bench(pair, prompts, gammas, args.max_new_tokens, args.repeats, not args.json, engines, urls)
+    if args.csv:
+        write_csv(result, args.csv)
+    if args.plot:
+        gamma_sweep_figure(result["rows"]).write_html(args.plot, include_plotlyjs=True)  # self-contained: works offline
+    print(to_json(result) if args.json else format_table(result))
