@@ -2,15 +2,9 @@
 
 Layout and wiring only: what each button does lives in ``specdemo/app/`` (one module per tab or concern) (plain
 functions of plain values); every number, token colour and figure comes from the engine's step
-records. Configuration comes from environment variables:
-
-    SPECDEMO_PRESET          model pair to start with (default: Qwen on CUDA; on a CPU SmolLM2-135M-Instruct
-                             when installed, else the bundled TinyStories pair; on ZeroGPU qwen2.5-3b+0.5b)
-    SPECDEMO_ZERO_GPU_PRESETS  on a ZeroGPU Space, the pairs loaded at start (comma-separated; default: the preset)
-    SPECDEMO_CONCURRENCY     runs at once on the models (default 1: GPU work is serialised)
-    SPECDEMO_MAX_QUEUE       requests waiting at most (default 32)
-    SPECDEMO_MAX_NEW_TOKENS  cap on max new tokens (default 512)
-    GRADIO_SERVER_NAME/PORT  where to listen (default 127.0.0.1:7860)
+records. Configuration comes from environment variables: the SPECDEMO_* ones in ``specdemo/env.py`` (their
+defaults and meaning, one place; ``python -m specdemo --help`` lists them) and GRADIO_SERVER_NAME / PORT (where to
+listen, default 127.0.0.1:7860).
 """
 
 from __future__ import annotations
@@ -27,13 +21,14 @@ from pathlib import Path
 
 import gradio as gr
 
-from specdemo import errors, models
+from specdemo import env, errors, models
 from specdemo.app import api, durations, inspector, race, sessions, tabs, texts, tries
 from specdemo.app.race import RACE_OUTPUTS
 from specdemo.app.settings import (
     DTYPE_CHOICES,
     KEEP,
     MAX_NEW_TOKENS,
+    PRESET_OUTPUTS,
     SETTING_NAMES,
     Settings,
     find_problem,
@@ -42,6 +37,8 @@ from specdemo.app.settings import (
     start_note,
 )
 from specdemo.decoding import methods
+from specdemo.decoding.drafters import MAX_GAMMA
+from specdemo.decoding.steps import TREE_LIMITS, TreeConfig
 from specdemo.models import vllm
 from specdemo.view.render import legend_html, pane_titles
 
@@ -49,11 +46,11 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 
 ZERO_GPU = spaces is not None and models.on_zero_gpu()
 PRESET = models.startup_preset()
-CONCURRENCY = int(os.environ.get("SPECDEMO_CONCURRENCY", "1"))
-MAX_QUEUE = int(os.environ.get("SPECDEMO_MAX_QUEUE", "32"))
+CONCURRENCY = int(env.number("SPECDEMO_CONCURRENCY"))
+MAX_QUEUE = int(env.number("SPECDEMO_MAX_QUEUE"))
 SESSION_TTL_S = 3600  # a browser session's records are dropped an hour after its last use
 if ZERO_GPU:  # a GPU call cannot keep what it loads: load the pairs now, serve only them (README)
-    CHOICES = [n.strip() for n in os.environ.get("SPECDEMO_ZERO_GPU_PRESETS", PRESET).split(",") if n.strip()]
+    CHOICES = [n.strip() for n in (env.get("SPECDEMO_ZERO_GPU_PRESETS") or PRESET).split(",") if n.strip()]
     models.preload_presets(CHOICES)
 else:
     CHOICES = list(models.PRESETS)
@@ -139,6 +136,276 @@ def forget(request: gr.Request):
     sessions.forget_session(session_of(request))
 
 
+Components = dict  # name → gradio component: each section returns its own, named (no positional tuples)
+
+
+def race_controls(first, start: Settings) -> Components:
+    """The first screen: prompt, pair and Run on top, then method, γ and length, and the start line."""
+    ui: Components = {}
+    with gr.Row(equal_height=True):
+        with gr.Column(scale=3):
+            ui["prompt"] = gr.Textbox(  # a long prompt scrolls inside the box: the row keeps its height
+                label="Prompt",
+                elem_id="prompt",
+                value=first.examples[0] if first.examples else "",
+                lines=1,
+                max_lines=4,
+            )
+        with gr.Column(scale=2):
+            ui["preset"] = gr.Dropdown(CHOICES, value=PRESET, label="Model pair", elem_id="preset")
+        with gr.Column(scale=1, min_width=160):
+            ui["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn")
+            ui["stop_btn"] = gr.Button("Stop", variant="stop", elem_id="stop-btn", size="sm")
+    with gr.Row():
+        ui["example"] = gr.Dropdown(list(first.examples), label="Example prompts", value=None, scale=3)
+        ui["method_label"] = gr.Dropdown(
+            method_labels(), value=start.method_label, label="Method", scale=2, elem_id="method"
+        )
+        ui["gamma"] = gr.Slider(1, MAX_GAMMA, value=start.gamma, step=1, label="γ (draft tokens per step)", scale=2)
+        ui["max_new_tokens"] = gr.Slider(
+            1, MAX_NEW_TOKENS, value=start.max_new_tokens, step=1, label="Max new tokens", scale=2
+        )
+    ui["start_line"] = gr.Markdown(start_note(PRESET), elem_id="start-note")  # the measured start, and why
+    return ui
+
+
+def option_accordions(first) -> Components:
+    """Sampling, suffix decoding's memory, the tree's shape, models and precision: folded away."""
+    ui: Components = {}
+    with gr.Row():
+        with gr.Accordion("How it works", open=False):
+            gr.Markdown(texts.HOW_IT_WORKS)
+        with gr.Accordion("Sampling and γ schedule", open=False):
+            with gr.Row():
+                ui["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
+                ui["top_k"] = gr.Number(value=0, precision=0, label="top-k (0 = off)", minimum=0)
+            with gr.Row():
+                ui["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
+                ui["seed"] = gr.Number(value=0, precision=0, label="Seed")
+            ui["schedule"] = gr.Radio(["constant", "heuristic"], value="constant", label="γ schedule")
+        with gr.Accordion("Suffix decoding's memory", open=False):
+            ui["suffix_note"] = gr.Markdown(tabs.suffix_memory())
+            ui["forget_btn"] = gr.Button("Forget the earlier answers", size="sm")
+        with gr.Accordion("Token tree options", open=False):
+            tree, top = TreeConfig(), TREE_LIMITS
+            ui["tree_k"] = gr.Slider(1, top.k, value=tree.k, step=1, label="children per node (k)")
+            ui["tree_depth"] = gr.Slider(1, top.depth, value=tree.depth, step=1, label="depth")
+            ui["tree_nodes"] = gr.Slider(1, top.max_nodes, value=tree.max_nodes, step=1, label="nodes kept (N)")
+        with gr.Accordion("Advanced: models and precision", open=False):
+            ui |= model_fields(first)
+    return ui
+
+
+def model_fields(first) -> Components:
+    ui: Components = {}
+    ui["target_id"] = gr.Textbox(first.target, label="Target (hub id or local folder)")
+    ui["draft_id"] = gr.Textbox(first.draft, label="Draft (hub id or local folder)")
+    ui["quantization"] = gr.Radio(
+        list(models.QUANTIZATIONS),
+        value=first.target_options.quantization,
+        label=(
+            "Target weights (8bit / 4bit: bitsandbytes, CUDA; int8-cpu: int8 weights on a CPU; "
+            "compact-fp32: the same fp32 numbers, kept as the GGUF's 4-bit blocks or 16 bits, CPU)"
+        ),
+    )
+    ui["dtype"] = gr.Radio(list(DTYPE_CHOICES), value=first.target_options.dtype, label="dtype")
+    ui["chat_template"] = gr.Checkbox(first.chat_template, label="Apply the chat template")
+    ui["draft_vocab"] = gr.Number(
+        first.draft_vocab,
+        precision=0,
+        minimum=0,
+        label="Draft vocabulary: score only the N most frequent tokens (0 = all)",
+    )
+    vllm_default = vllm.configured_urls()  # the vLLM method's servers (README)
+    with gr.Row():
+        ui["vllm_baseline_url"] = gr.Textbox(
+            "", placeholder=vllm_default["baseline"], label="vLLM baseline server (the vLLM method)"
+        )
+        ui["vllm_speculative_url"] = gr.Textbox(
+            "", placeholder=vllm_default["speculative"], label="vLLM speculative server"
+        )
+    return ui
+
+
+def race_tab() -> Components:
+    """Both panes, the summary, "try another method", the figures, download and replay. Named as
+    ``RACE_OUTPUTS`` names them."""
+    ui: Components = {}
+    ui["status"] = gr.Markdown("", elem_id="status")
+    gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified", "target")))
+    with gr.Row():
+        left_title, right_title = pane_titles(methods.DRAFT.name)  # each race says what its sides are
+        with gr.Column():
+            ui["baseline_title"] = gr.Markdown(left_title, elem_id="baseline-title")
+            ui["baseline_pane"] = gr.HTML("", elem_id="baseline-pane", elem_classes="pane")
+        with gr.Column():
+            ui["speculative_title"] = gr.Markdown(right_title, elem_id="speculative-title")
+            ui["speculative_pane"] = gr.HTML("", elem_id="speculative-pane", elem_classes="pane")
+    ui["summary"] = gr.HTML("", elem_id="summary")
+    with gr.Row(equal_height=True):  # same prompt, another method: every result kept below
+        ui["try_method"] = gr.Dropdown(
+            [m.label for m in methods.suggestions() if not m.missing()],
+            value=None,
+            label="Try another method on this prompt",
+            elem_id="try-method",
+            scale=3,
+        )
+        ui["try_btn"] = gr.Button("Race it (the results so far stay listed)", elem_id="try-btn", scale=1)
+    ui["tries_table"] = gr.HTML("", elem_id="tries")
+    ui["tried"] = gr.State([], time_to_live=SESSION_TTL_S)
+    with gr.Row():
+        ui["race_plot"] = gr.Plot(label="race", elem_id="race-plot")
+        ui["speedup_plot"] = gr.Plot(label="speedup", elem_id="speedup-plot")
+    with gr.Row():
+        ui["acceptance_plot"] = gr.Plot(label="acceptance", elem_id="acceptance-plot")
+        ui["histogram_plot"] = gr.Plot(label="accepted length", elem_id="histogram-plot")
+    ui["breakdown_plot"] = gr.Plot(label="time breakdown", elem_id="breakdown-plot")
+    with gr.Row():
+        ui["export_btn"] = gr.DownloadButton("Download the last run (JSON trace)")
+        ui["trace_file"] = gr.File(label="Replay a trace (no model needed)", file_types=[".json"], type="filepath")
+    return ui
+
+
+def inspector_tab() -> Components:
+    ui: Components = {}
+    gr.Markdown(texts.INSPECTOR)
+    with gr.Row():
+        ui["step_start"] = gr.Button("Start step-by-step", variant="primary")
+        ui["step_next"] = gr.Button("Next step")
+        ui["step_last"] = gr.Button("Inspect the last run")
+    ui["step_slider"] = gr.Slider(0, 1, value=0, step=1, label="step")
+    ui["step_html"] = gr.HTML("", elem_id="inspector")
+    ui["step_plot"] = gr.Plot(label="step detail")
+    ui["stepper"] = gr.State(None, time_to_live=SESSION_TTL_S)
+    return ui
+
+
+def benchmark_tab() -> Components:
+    ui: Components = {}
+    with gr.Row():
+        ui["bench_gammas"] = gr.Textbox("1,2,3,4,6,8", label="γ values")
+        ui["bench_repeats"] = gr.Slider(1, 5, value=1, step=1, label="repeats (median)")
+        ui["bench_hf"] = gr.Checkbox(False, label="also time transformers generate / assisted / prompt lookup")
+    ui["bench_btn"] = gr.Button("Run the γ sweep on this prompt", variant="primary")
+    ui["bench_plot"] = gr.Plot(label="speedup vs γ")
+    ui["bench_table"] = gr.HTML("")
+    return ui
+
+
+def methods_tab() -> Components:
+    ui: Components = {}
+    gr.Markdown(texts.METHODS_TAB)
+    ui["methods_plot"] = gr.Plot(label="methods × tasks")
+    ui["methods_table"] = gr.HTML("")
+    ui["zoo_plot"] = gr.Plot(label="drafter zoo")
+    with gr.Row():
+        ui["methods_tokens"] = gr.Slider(16, 96, value=48, step=8, label="new tokens per prompt (re-measure)")
+        ui["methods_btn"] = gr.Button("Re-measure on this machine (a few minutes)", variant="secondary")
+    return ui
+
+
+def theory_tab() -> Components:
+    ui: Components = {}
+    gr.Markdown(texts.THEORY)
+    with gr.Row():
+        ui["alpha"] = gr.Slider(0, 1, value=0.8, step=0.01, label="α (acceptance)")
+        ui["theory_gamma"] = gr.Slider(1, MAX_GAMMA, value=4, step=1, label="γ")
+        ui["cost"] = gr.Slider(0, 1, value=0.1, step=0.01, label="c (draft step / target step)")
+    with gr.Row():
+        ui["theory_last"] = gr.Button("Use the last run's α, γ, c")
+        ui["theory_note"] = gr.Markdown("")
+    ui["theory_plot"] = gr.Plot(label="theory")
+    return ui
+
+
+def check_tab() -> Components:
+    ui: Components = {}
+    gr.Markdown(texts.CHECK)
+    with gr.Row():
+        ui["check_samples"] = gr.Slider(50, 2000, value=100, step=50, label="samples per side")
+        ui["check_k"] = gr.Slider(1, 4, value=2, step=1, label="first k tokens")
+        ui["check_temperature"] = gr.Slider(0.1, 2, value=1.0, step=0.05, label="temperature")
+    ui["check_btn"] = gr.Button("Run the check", variant="primary")
+    ui["check_text"] = gr.Markdown("")
+    ui["check_plot"] = gr.Plot(label="histograms")
+    return ui
+
+
+TABS = {
+    "Race": race_tab,
+    "Step inspector": inspector_tab,
+    "Benchmark": benchmark_tab,
+    "Which method when?": methods_tab,
+    "Theory": theory_tab,
+    "Losslessness check": check_tab,
+}
+MODEL_EVENT = dict(concurrency_id="models", api_visibility="private", validator=validate)
+PRIVATE = dict(api_visibility="private")
+
+
+def wire_race(ui: Components, settings: Components) -> None:
+    """Run, "race it", Stop, download and replay; after every race the tries list, the suffix
+    memory and the drafter zoo follow."""
+    race_outputs = [ui[name] for name in RACE_OUTPUTS]
+    race_api = dict(api_visibility="public", api_name="race")  # the live race as a stream a client can cancel
+    # "always_last": a click just after "✓ done", while the finished race still closes, runs once it
+    # has closed instead of being dropped (gradio's default for a click ignores it while one is pending)
+    race_event = ui["run_btn"].click(
+        run, inputs_kwargs=settings, outputs=race_outputs, trigger_mode="always_last", **(MODEL_EVENT | race_api)
+    )
+    try_event = (
+        ui["try_btn"]
+        .click(tries.pick, [ui["try_method"], ui["preset"]], [ui["method_label"], ui["gamma"]], **PRIVATE)
+        .success(run, inputs_kwargs=settings, outputs=race_outputs, **MODEL_EVENT)
+    )
+    methods_out = [ui["methods_plot"], ui["methods_table"], ui["zoo_plot"]]
+    for event in (race_event, try_event):  # after every race
+        event.then(tabs.suffix_memory, None, ui["suffix_note"], **PRIVATE)
+        tries_out = [ui["tried"], ui["tries_table"], ui["try_method"]]
+        event.then(tries.after_race, [ui["tried"], ui["trace"]], tries_out, **PRIVATE)
+        # the zoo marks the last race (its α and c) among the stored drafters
+        event.then(tabs.methods_view, [ui["preset"], ui["trace"]], methods_out, **PRIVATE)
+    ui["forget_btn"].click(tabs.forget_answers, None, ui["suffix_note"], **PRIVATE)
+    ui["method_label"].change(tabs.gamma_for_method, [ui["method_label"], ui["preset"]], ui["gamma"], **PRIVATE)
+    ui["trace_file"].upload(race.replay, ui["trace_file"], race_outputs, **PRIVATE)
+    ui["stop_btn"].click(stop, None, ui["status"], queue=False, **PRIVATE)
+    ui["export_btn"].click(export, ui["trace"], ui["export_btn"], **PRIVATE)
+    ui["preset"].change(preset_fields, ui["preset"], [ui[name] for name in PRESET_OUTPUTS], **PRIVATE)
+    ui["example"].change(lambda e: e or KEEP, ui["example"], ui["prompt"], **PRIVATE)
+
+
+def wire_tabs(demo: gr.Blocks, ui: Components, settings: Components) -> None:
+    """The inspector, the benchmark, the methods table, the theory and the losslessness check."""
+    inspector_out = [ui["stepper"], ui["step_html"], ui["step_plot"], ui["step_slider"]]
+    ui["step_start"].click(stepper_start, inputs_kwargs=settings, outputs=inspector_out, **MODEL_EVENT)
+    ui["step_next"].click(inspector.stepper_next, ui["stepper"], inspector_out, **PRIVATE)
+    ui["step_last"].click(inspector.inspect_last, ui["trace"], inspector_out, **PRIVATE)
+    step_view = [ui["step_html"], ui["step_plot"]]
+    ui["step_slider"].release(inspector.inspector_goto, [ui["stepper"], ui["step_slider"]], step_view, **PRIVATE)
+    # one progress bar per long job, on its figure (not one on every output)
+    jobs = (
+        ("bench_btn", benchmark, dict(gammas="bench_gammas", repeats="bench_repeats", with_transformers="bench_hf")),
+        ("check_btn", lossless, dict(samples="check_samples", k="check_k", check_temperature="check_temperature")),
+        ("methods_btn", methods_remeasure, dict(max_new_tokens="methods_tokens")),
+    )
+    outputs = {"bench_btn": ["bench_plot", "bench_table"], "check_btn": ["check_plot", "check_text"]}
+    outputs["methods_btn"] = ["methods_plot", "methods_table", "zoo_plot"]
+    for button, fn, extra in jobs:
+        out = [ui[name] for name in outputs[button]]
+        inputs = settings | {arg: ui[name] for arg, name in extra.items()}
+        ui[button].click(fn, inputs_kwargs=inputs, outputs=out, show_progress_on=out[0], **MODEL_EVENT)
+    theory_inputs = [ui["alpha"], ui["theory_gamma"], ui["cost"], ui["trace"]]
+    for control in ("alpha", "theory_gamma", "cost"):
+        ui[control].change(tabs.theory, theory_inputs, ui["theory_plot"], **PRIVATE)
+    theory_out = [ui["alpha"], ui["theory_gamma"], ui["cost"], ui["theory_note"]]
+    ui["theory_last"].click(tabs.theory_from_last, ui["trace"], theory_out, **PRIVATE)
+    demo.load(tabs.theory, theory_inputs, ui["theory_plot"], **PRIVATE)
+    gr.api(compare_api, api_name="compare", concurrency_id="models")
+    methods_out = [ui["methods_plot"], ui["methods_table"], ui["zoo_plot"]]
+    ui["preset"].change(tabs.methods_view, ui["preset"], methods_out, **PRIVATE)
+    demo.load(tabs.methods_view, ui["preset"], methods_out, **PRIVATE)
+
+
 def build_demo() -> gr.Blocks:
     first = models.PRESETS[PRESET]
     start = Settings.from_preset(PRESET)  # its measured method, γ and length where stored
@@ -147,243 +414,18 @@ def build_demo() -> gr.Blocks:
         notice = models.default_preset_notice()
         if notice and PRESET == models.default_preset_name():
             gr.Markdown(f"ℹ {notice}", elem_id="notice")
-        last_trace = gr.State(None, time_to_live=SESSION_TTL_S)
-        # The first screen is the race: prompt, pair and Run on top, the panes right under them.
-        with gr.Row(equal_height=True):
-            with gr.Column(scale=3):
-                prompt = gr.Textbox(  # a long prompt scrolls inside the box: the row keeps its height
-                    label="Prompt",
-                    elem_id="prompt",
-                    value=first.examples[0] if first.examples else "",
-                    lines=1,
-                    max_lines=4,
-                )
-            with gr.Column(scale=2):
-                preset = gr.Dropdown(CHOICES, value=PRESET, label="Model pair", elem_id="preset")
-            with gr.Column(scale=1, min_width=160):
-                run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
-                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", size="sm")
-        with gr.Row():
-            example = gr.Dropdown(list(first.examples), label="Example prompts", value=None, scale=3)
-            method_label = gr.Dropdown(
-                method_labels(), value=start.method_label, label="Method", scale=2, elem_id="method"
-            )
-            gamma = gr.Slider(1, 32, value=start.gamma, step=1, label="γ (draft tokens per step)", scale=2)
-            max_new_tokens = gr.Slider(
-                1, MAX_NEW_TOKENS, value=start.max_new_tokens, step=1, label="Max new tokens", scale=2
-            )
-        start_line = gr.Markdown(start_note(PRESET), elem_id="start-note")  # the measured start, and where it is from
-        with gr.Row():
-            with gr.Accordion("How it works", open=False):
-                gr.Markdown(texts.HOW_IT_WORKS)
-            with gr.Accordion("Sampling and γ schedule", open=False):
-                with gr.Row():
-                    temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
-                    top_k = gr.Number(value=0, precision=0, label="top-k (0 = off)", minimum=0)
-                with gr.Row():
-                    top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
-                    seed = gr.Number(value=0, precision=0, label="Seed")
-                schedule = gr.Radio(["constant", "heuristic"], value="constant", label="γ schedule")
-            with gr.Accordion("Suffix decoding's memory", open=False):
-                suffix_note = gr.Markdown(tabs.suffix_memory())
-                forget_btn = gr.Button("Forget the earlier answers", size="sm")
-            with gr.Accordion("Token tree options", open=False):
-                tree_k = gr.Slider(1, 8, value=2, step=1, label="children per node (k)")
-                tree_depth = gr.Slider(1, 16, value=4, step=1, label="depth")
-                tree_nodes = gr.Slider(1, 64, value=12, step=1, label="nodes kept (N)")
-            with gr.Accordion("Advanced: models and precision", open=False):
-                target_id = gr.Textbox(first.target, label="Target (hub id or local folder)")
-                draft_id = gr.Textbox(first.draft, label="Draft (hub id or local folder)")
-                quantization = gr.Radio(
-                    list(models.QUANTIZATIONS),
-                    value=first.target_options.quantization,
-                    label=(
-                        "Target weights (8bit / 4bit: bitsandbytes, CUDA; int8-cpu: int8 weights on a CPU; "
-                        "compact-fp32: the same fp32 numbers, kept as the GGUF's 4-bit blocks or 16 bits, CPU)"
-                    ),
-                )
-                dtype = gr.Radio(list(DTYPE_CHOICES), value=first.target_options.dtype, label="dtype")
-                chat_template = gr.Checkbox(first.chat_template, label="Apply the chat template")
-                draft_vocab = gr.Number(
-                    first.draft_vocab,
-                    precision=0,
-                    minimum=0,
-                    label="Draft vocabulary: score only the N most frequent tokens (0 = all)",
-                )
-                vllm_default = vllm.configured_urls()  # the vLLM method's servers (README)
-                with gr.Row():
-                    vllm_baseline_url = gr.Textbox(
-                        "", placeholder=vllm_default["baseline"], label="vLLM baseline server (the vLLM method)"
-                    )
-                    vllm_speculative_url = gr.Textbox(
-                        "", placeholder=vllm_default["speculative"], label="vLLM speculative server"
-                    )
-        # Each setting's component is named after its Settings field: every model handler
-        # gets them all by name (inputs_kwargs); a field without its component fails right here.
-        components = locals()
-        settings = {name: components[name] for name in SETTING_NAMES}
-
+        ui: Components = {"trace": gr.State(None, time_to_live=SESSION_TTL_S)}  # the last run's trace
+        ui |= race_controls(first, start)
+        ui |= option_accordions(first)
         with gr.Tabs():
-            with gr.Tab("Race"):
-                status = gr.Markdown("", elem_id="status")
-                gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified", "target")))
-                with gr.Row():
-                    left_title, right_title = pane_titles(methods.DRAFT.name)  # each race says what its sides are
-                    with gr.Column():
-                        base_title = gr.Markdown(left_title, elem_id="baseline-title")
-                        base_pane = gr.HTML("", elem_id="baseline-pane", elem_classes="pane")
-                    with gr.Column():
-                        spec_title = gr.Markdown(right_title, elem_id="speculative-title")
-                        spec_pane = gr.HTML("", elem_id="speculative-pane", elem_classes="pane")
-                summary = gr.HTML("", elem_id="summary")
-                with gr.Row(equal_height=True):  # same prompt, another method: every result kept below
-                    try_method = gr.Dropdown(
-                        [m.label for m in methods.suggestions() if not m.missing()],
-                        value=None,
-                        label="Try another method on this prompt",
-                        elem_id="try-method",
-                        scale=3,
-                    )
-                    try_btn = gr.Button("Race it (the results so far stay listed)", elem_id="try-btn", scale=1)
-                tries_table = gr.HTML("", elem_id="tries")
-                tried = gr.State([], time_to_live=SESSION_TTL_S)
-                with gr.Row():
-                    race_plot = gr.Plot(label="race", elem_id="race-plot")
-                    speedup_plot = gr.Plot(label="speedup", elem_id="speedup-plot")
-                with gr.Row():
-                    acceptance_plot = gr.Plot(label="acceptance", elem_id="acceptance-plot")
-                    histogram_plot = gr.Plot(label="accepted length", elem_id="histogram-plot")
-                breakdown_plot = gr.Plot(label="time breakdown", elem_id="breakdown-plot")
-                with gr.Row():
-                    export_btn = gr.DownloadButton("Download the last run (JSON trace)")
-                    trace_file = gr.File(
-                        label="Replay a trace (no model needed)", file_types=[".json"], type="filepath"
-                    )
-            with gr.Tab("Step inspector"):
-                gr.Markdown(texts.INSPECTOR)
-                with gr.Row():
-                    step_start = gr.Button("Start step-by-step", variant="primary")
-                    step_next = gr.Button("Next step")
-                    step_last = gr.Button("Inspect the last run")
-                step_slider = gr.Slider(0, 1, value=0, step=1, label="step")
-                step_html = gr.HTML("", elem_id="inspector")
-                step_plot = gr.Plot(label="step detail")
-                stepper = gr.State(None, time_to_live=SESSION_TTL_S)
-            with gr.Tab("Benchmark"):
-                with gr.Row():
-                    bench_gammas = gr.Textbox("1,2,3,4,6,8", label="γ values")
-                    bench_repeats = gr.Slider(1, 5, value=1, step=1, label="repeats (median)")
-                    bench_hf = gr.Checkbox(False, label="also time transformers generate / assisted / prompt lookup")
-                bench_btn = gr.Button("Run the γ sweep on this prompt", variant="primary")
-                bench_plot = gr.Plot(label="speedup vs γ")
-                bench_table = gr.HTML("")
-            with gr.Tab("Which method when?"):
-                gr.Markdown(texts.METHODS_TAB)
-                methods_plot = gr.Plot(label="methods × tasks")
-                methods_table = gr.HTML("")
-                zoo_plot = gr.Plot(label="drafter zoo")
-                with gr.Row():
-                    methods_tokens = gr.Slider(16, 96, value=48, step=8, label="new tokens per prompt (re-measure)")
-                    methods_btn = gr.Button("Re-measure on this machine (a few minutes)", variant="secondary")
-            with gr.Tab("Theory"):
-                gr.Markdown(texts.THEORY)
-                with gr.Row():
-                    alpha = gr.Slider(0, 1, value=0.8, step=0.01, label="α (acceptance)")
-                    theory_gamma = gr.Slider(1, 32, value=4, step=1, label="γ")
-                    cost = gr.Slider(0, 1, value=0.1, step=0.01, label="c (draft step / target step)")
-                with gr.Row():
-                    theory_last = gr.Button("Use the last run's α, γ, c")
-                    theory_note = gr.Markdown("")
-                theory_plot = gr.Plot(label="theory")
-            with gr.Tab("Losslessness check"):
-                gr.Markdown(texts.CHECK)
-                with gr.Row():
-                    check_samples = gr.Slider(50, 2000, value=100, step=50, label="samples per side")
-                    check_k = gr.Slider(1, 4, value=2, step=1, label="first k tokens")
-                    check_temperature = gr.Slider(0.1, 2, value=1.0, step=0.05, label="temperature")
-                check_btn = gr.Button("Run the check", variant="primary")
-                check_text = gr.Markdown("")
-                check_plot = gr.Plot(label="histograms")
-
-        preset.change(
-            preset_fields,
-            preset,
-            [target_id, draft_id, quantization, dtype, chat_template, draft_vocab]
-            + [method_label, gamma, max_new_tokens, start_line, example, prompt],
-            api_visibility="private",
-        )
-        example.change(lambda e: e or KEEP, example, prompt, api_visibility="private")
-        outputs = dict(baseline_title=base_title, speculative_title=spec_title)
-        outputs |= dict(zip(("baseline_pane", "speculative_pane", "summary"), (base_pane, spec_pane, summary)))
-        outputs |= dict(race_plot=race_plot, speedup_plot=speedup_plot, acceptance_plot=acceptance_plot)
-        outputs |= dict(histogram_plot=histogram_plot, breakdown_plot=breakdown_plot, status=status, trace=last_trace)
-        race_outputs = [outputs[name] for name in RACE_OUTPUTS]
-        model_event = dict(concurrency_id="models", api_visibility="private", validator=validate)
-        race_api = dict(api_visibility="public", api_name="race")  # the live race as a stream a client can cancel
-        # "always_last": a click just after "✓ done", while the finished race still closes, runs once it
-        # has closed instead of being dropped (gradio's default for a click ignores it while one is pending)
-        race_event = run_btn.click(
-            run, inputs_kwargs=settings, outputs=race_outputs, trigger_mode="always_last", **(model_event | race_api)
-        )
-        try_event = try_btn.click(
-            tries.pick, [try_method, preset], [method_label, gamma], api_visibility="private"
-        ).success(run, inputs_kwargs=settings, outputs=race_outputs, **model_event)
-        methods_out = [methods_plot, methods_table, zoo_plot]
-        for event in (race_event, try_event):  # after every race
-            event.then(tabs.suffix_memory, None, suffix_note, api_visibility="private")
-            tries_out = [tried, tries_table, try_method]
-            event.then(tries.after_race, [tried, last_trace], tries_out, api_visibility="private")
-            # the zoo marks the last race (its α and c) among the stored drafters
-            event.then(tabs.methods_view, [preset, last_trace], methods_out, api_visibility="private")
-        forget_btn.click(tabs.forget_answers, None, suffix_note, api_visibility="private")
-        method_label.change(tabs.gamma_for_method, [method_label, preset], gamma, api_visibility="private")
-        trace_file.upload(race.replay, trace_file, race_outputs, api_visibility="private")
-        stop_btn.click(stop, None, status, queue=False, api_visibility="private")
-        export_btn.click(export, last_trace, export_btn, api_visibility="private")
-
-        inspector_out = [stepper, step_html, step_plot, step_slider]
-        step_start.click(stepper_start, inputs_kwargs=settings, outputs=inspector_out, **model_event)
-        step_next.click(inspector.stepper_next, stepper, inspector_out, api_visibility="private")
-        step_last.click(inspector.inspect_last, last_trace, inspector_out, api_visibility="private")
-        step_slider.release(
-            inspector.inspector_goto, [stepper, step_slider], [step_html, step_plot], api_visibility="private"
-        )
-
-        bench_inputs = settings | dict(gammas=bench_gammas, repeats=bench_repeats, with_transformers=bench_hf)
-        # one progress bar per long job, on its figure (not one on every output)
-        bench_btn.click(
-            benchmark,
-            inputs_kwargs=bench_inputs,
-            outputs=[bench_plot, bench_table],
-            show_progress_on=bench_plot,
-            **model_event,
-        )
-        theory_inputs = [alpha, theory_gamma, cost, last_trace]
-        for control in (alpha, theory_gamma, cost):
-            control.change(tabs.theory, theory_inputs, theory_plot, api_visibility="private")
-        theory_last.click(
-            tabs.theory_from_last, last_trace, [alpha, theory_gamma, cost, theory_note], api_visibility="private"
-        )
-        demo.load(tabs.theory, theory_inputs, theory_plot, api_visibility="private")
-        check_inputs = settings | dict(samples=check_samples, k=check_k, check_temperature=check_temperature)
-        check_btn.click(
-            lossless,
-            inputs_kwargs=check_inputs,
-            outputs=[check_plot, check_text],
-            show_progress_on=check_plot,
-            **model_event,
-        )
-        gr.api(compare_api, api_name="compare", concurrency_id="models")
-        methods_inputs = settings | dict(max_new_tokens=methods_tokens)
-        methods_btn.click(
-            methods_remeasure,
-            inputs_kwargs=methods_inputs,
-            outputs=[methods_plot, methods_table, zoo_plot],
-            show_progress_on=methods_plot,
-            **model_event,
-        )
-        preset.change(tabs.methods_view, preset, methods_out, api_visibility="private")
-        demo.load(tabs.methods_view, preset, methods_out, api_visibility="private")
+            for title, tab in TABS.items():
+                with gr.Tab(title):
+                    ui |= tab()
+        # Each setting's component is named after its Settings field: every model handler gets them
+        # all by name (inputs_kwargs); a field without its component fails right here.
+        settings = {name: ui[name] for name in SETTING_NAMES}
+        wire_race(ui, settings)
+        wire_tabs(demo, ui, settings)
         demo.unload(forget)
     demo.queue(max_size=MAX_QUEUE, default_concurrency_limit=CONCURRENCY)
     return demo

@@ -1,6 +1,6 @@
 """The package's folders are its layers, and imports point down only:
 
-    cli → app → view → measure → models → decoding → errors     (recipes: offline, imported by the CLI only)
+    cli → app → view → measure → models → decoding → errors, env     (recipes: offline, imported by the CLI only)
 
 A module may import its own layer and any layer below it; nothing but the CLI imports a recipe."""
 
@@ -12,6 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "specdemo"
 RANK = {
     "errors": 0,
+    "env": 0,
     "decoding": 1,
     "models": 2,
     "measure": 3,
@@ -95,4 +96,31 @@ def test_the_check_catches_an_upward_import_and_a_recipe_imported_at_run_time():
         "specdemo.measure.bench → specdemo.recipes.train",
         "specdemo.models.cache → specdemo.app",
         "specdemo.models.cache → specdemo.app.settings",
+    ]
+
+
+def environment_reads(sources: dict[str, str]) -> list[str]:
+    """'module: NAME' for every SPECDEMO_* variable read outside specdemo/env.py or missing from its table."""
+    import re
+
+    from specdemo.env import VARIABLES
+
+    bad = []
+    for module, source in sources.items():
+        if module != "specdemo.env" and re.search(r"(os\.environ|getenv)[^\n]*SPECDEMO_", source):
+            bad.append(f"{module}: reads the environment itself")
+        bad += [f"{module}: {name}" for name in re.findall(r"SPECDEMO_[A-Z0-9_]+", source) if name not in VARIABLES]
+    return bad
+
+
+def test_every_environment_variable_is_read_in_one_place():
+    assert environment_reads(package_sources()) == []
+
+
+def test_the_environment_check_catches_a_stray_read_and_an_unlisted_name():
+    sources = package_sources()
+    sources["specdemo.models.cache"] += '\nX = os.environ.get("SPECDEMO_CACHE_GB")\nY = env.get("SPECDEMO_NEW")\n'
+    assert environment_reads(sources) == [
+        "specdemo.models.cache: reads the environment itself",
+        "specdemo.models.cache: SPECDEMO_NEW",
     ]

@@ -95,7 +95,7 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
 
 def status_only(text: str) -> tuple:
     """The RACE_OUTPUTS that change the status line only (the rest stays as it is on screen)."""
-    return (KEEP,) * (len(RACE_OUTPUTS) - 2) + (text, KEEP)
+    return tuple(text if name == "status" else KEEP for name in RACE_OUTPUTS)
 
 
 def failure(message: str) -> tuple:

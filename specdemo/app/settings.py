@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from dataclasses import dataclass, fields
 
+from specdemo import env
 from specdemo.app import model_thread
 from specdemo.decoding import methods
 from specdemo.decoding.engine import DecodeConfig
@@ -41,7 +41,7 @@ def update(**props) -> dict:
     return {"__type__": "update", **props}
 
 
-MAX_NEW_TOKENS = int(os.environ.get("SPECDEMO_MAX_NEW_TOKENS", "512"))
+MAX_NEW_TOKENS = int(env.number("SPECDEMO_MAX_NEW_TOKENS"))
 
 
 def method_labels() -> list[str]:
@@ -70,11 +70,12 @@ class Settings:
     seed: int = 0
     max_new_tokens: int = 128
     chat_template: bool = True
-    tree_k: int = 2
-    tree_depth: int = 4
-    tree_nodes: int = 12
+    tree_k: int = TreeConfig.k
+    tree_depth: int = TreeConfig.depth
+    tree_nodes: int = TreeConfig.max_nodes
     draft_vocab: int = 0
-    vllm_baseline_url: str = ""  # the vLLM method's servers ("": $SPECDEMO_VLLM_*_URL or loopback)
+    # the vLLM method's servers ("": the environment's SPECDEMO_VLLM_BASELINE_URL / SPECDEMO_VLLM_SPECULATIVE_URL)
+    vllm_baseline_url: str = ""
     vllm_speculative_url: str = ""
 
     @classmethod
@@ -259,6 +260,23 @@ def start_note(name: str) -> str:
         return ""
     method = methods.get(start.method).label
     return f"Starts with **{method}**, γ {start.gamma}, {start.max_new_tokens} tokens: {start.note}."
+
+
+# What selecting a preset fills, in ``preset_fields``' order (the app wires its components by these names).
+PRESET_OUTPUTS = (
+    "target_id",
+    "draft_id",
+    "quantization",
+    "dtype",
+    "chat_template",
+    "draft_vocab",
+    "method_label",
+    "gamma",
+    "max_new_tokens",
+    "start_line",
+    "example",
+    "prompt",
+)
 
 
 def preset_fields(name: str) -> tuple:

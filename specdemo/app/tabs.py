@@ -18,7 +18,7 @@ from specdemo.app.settings import (
 )
 from specdemo.decoding import methods, suffix
 from specdemo.decoding.methods import DEFAULT_SIDES
-from specdemo.errors import InputError
+from specdemo.decoding.steps import whole_numbers
 from specdemo.measure.bench import default_engines, run_bench, table_cells
 from specdemo.measure.lossless import lossless_progress
 from specdemo.measure.metrics import acceptance_rate, mean_accepted_tokens
@@ -34,20 +34,10 @@ from specdemo.view.plots import (
 from specdemo.view.render import table_html
 
 
-def parse_gammas(text: str) -> list[int]:
-    try:
-        gammas = [int(g) for g in str(text).split(",") if g.strip()]
-    except ValueError:
-        raise InputError("γ values: whole numbers separated by commas, e.g. 1,2,4,8") from None
-    if not gammas or not all(1 <= g <= 32 for g in gammas):
-        raise InputError("every γ must be between 1 and 32")
-    return gammas
-
-
 def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_transformers: bool = False) -> tuple:
     """The γ sweep on this prompt: (figure, HTML table)."""
     try:
-        gamma_list = parse_gammas(gammas)
+        gamma_list = whole_numbers(gammas, "γ values")
         s.method_label = methods.DRAFT.label
         prep = prepare(s)
         # without transformers' rows: the draft model's own engines (its chain and its tree)

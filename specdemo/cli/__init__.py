@@ -9,13 +9,19 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specdemo import env
 from specdemo.cli import bench, generate, tools
 from specdemo.cli.common import OneLineErrorParser
 from specdemo.errors import SpecDemoError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineErrorParser(prog="python -m specdemo", description="Speculative decoding, measured.")
+    parser = OneLineErrorParser(
+        prog="python -m specdemo",
+        description="Speculative decoding, measured.",
+        epilog=f"environment:\n{env.table()}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
     for group in (generate, bench, tools):
         group.add_parsers(sub)

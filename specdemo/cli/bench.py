@@ -14,6 +14,7 @@ from specdemo.cli.common import (
 )
 from specdemo.decoding import methods
 from specdemo.decoding.engine import DecodeConfig, validate_config
+from specdemo.decoding.steps import method_gammas, whole_numbers
 from specdemo.errors import InputError
 from specdemo.measure.bench import all_engines, default_engines
 from specdemo.measure.defaults import CANDIDATES
@@ -81,21 +82,11 @@ def task_method_names() -> list[str]:
 
 
 def task_methods(text: str) -> dict[str, int | None]:
-    """``--methods draft,suffix=6`` → {method: its γ, or None for the method's own}."""
-    chosen: dict[str, int | None] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        method, _, gamma = item.partition("=")
-        bad_gamma = gamma and not (gamma.isdigit() and 1 <= int(gamma) <= 32)
-        if method not in task_method_names() or method in chosen or bad_gamma:
-            chosen = {}
-            break
-        chosen[method] = int(gamma) if gamma else None
-    if not chosen:
-        raise InputError(
-            f"--methods takes some of {', '.join(task_method_names())}, each once, optionally with its γ "
-            f"(e.g. suffix=6, 1–32), got {text!r}"
-        )
-    return chosen
+    """``--methods draft,suffix=6`` → {method: its γ, or None for the method's own}; each once."""
+    chosen = method_gammas(text, "--methods", task_method_names())
+    if len({name for name, _ in chosen}) < len(chosen):
+        raise InputError(f"--methods names each method once, got {text!r}")
+    return dict(chosen)
 
 
 def drafter_for(method: str, pair, preset) -> tuple:
@@ -140,18 +131,9 @@ def cmd_tasks(args) -> None:
 
 def defaults_candidates(text: str) -> list[tuple[str, int]]:
     """``draft=1,draft=2,hybrid=4`` → [(method, γ)]: a method may come at several γ, each once."""
-    chosen = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        method, _, gamma = item.partition("=")
-        if method not in methods.names(start=True) or not (gamma.isdigit() and 1 <= int(gamma) <= 32):
-            chosen = []
-            break
-        chosen.append((method, int(gamma)))
-    if not chosen or len(set(chosen)) < len(chosen):
-        raise InputError(
-            f"--candidates takes methods of {', '.join(methods.names(start=True))}, each with a γ of 1–32 "
-            f"(e.g. draft=1,hybrid=4), none twice, got {text!r}"
-        )
+    chosen = method_gammas(text, "--candidates", methods.names(start=True))
+    if any(gamma is None for _, gamma in chosen) or len(set(chosen)) < len(chosen):
+        raise InputError(f"--candidates gives each method a γ (e.g. draft=1,hybrid=4), none twice, got {text!r}")
     return chosen
 
 
@@ -184,12 +166,7 @@ def cmd_bench(args) -> None:
     from specdemo.models import vllm
     from specdemo.view.plots import gamma_sweep_figure
 
-    try:
-        gammas = [int(g) for g in args.gammas.split(",") if g.strip()]
-    except ValueError:
-        raise InputError(f"--gammas takes whole numbers separated by commas, got {args.gammas!r}") from None
-    if not gammas or not all(1 <= g <= 32 for g in gammas):
-        raise InputError("every γ in --gammas must be between 1 and 32")
+    gammas = whole_numbers(args.gammas, "--gammas")
     if args.repeats < 1:
         raise InputError("--repeats must be ≥ 1")
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())

@@ -75,34 +75,24 @@ def add_sampling_args(p):
     p.add_argument("--seed", type=int, default=0)
 
 
-def whole_numbers(text: str, flag: str, low: int = 1, high: int = 4096) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"{flag} takes whole numbers separated by commas, got {text!r}") from None
-    if not values or not all(low <= v <= high for v in values):
-        raise InputError(f"every value in {flag} must be between {low} and {high}")
-    return values
-
-
 def decode_config(args) -> DecodeConfig:
     if args.gamma is None:
         args.gamma = PRESETS[args.preset].gamma
+    # a command without a flag gets DecodeConfig's own default for it (one home for each default)
+    given = {
+        name: getattr(args, name) for name in ("schedule", "min_confidence", "method", "max_ngram") if name in args
+    }
+    tree = {field: getattr(args, f"tree_{flag}") for field, flag in TREE_FLAGS.items() if f"tree_{flag}" in args}
     return DecodeConfig(
         max_new_tokens=args.max_new_tokens,
         gamma=args.gamma,
-        schedule=getattr(args, "schedule", "constant"),
-        min_confidence=getattr(args, "min_confidence", 0.0),
-        method=getattr(args, "method", methods.DRAFT.name),
-        max_ngram=getattr(args, "max_ngram", 3),
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p, args.seed),
-        tree=TreeConfig(
-            getattr(args, "tree_k", 2),
-            getattr(args, "tree_depth", 4),
-            getattr(args, "tree_nodes", 12),
-            getattr(args, "tree_min_prob", 0.0),
-        ),
+        tree=TreeConfig(**tree),
+        **given,
     )
+
+
+TREE_FLAGS = {"k": "k", "depth": "depth", "max_nodes": "nodes", "min_prob": "min_prob"}  # TreeConfig → --tree-*
 
 
 def load_from_args(args):

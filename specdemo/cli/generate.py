@@ -14,6 +14,7 @@ from specdemo.cli.common import (
 )
 from specdemo.decoding import methods
 from specdemo.decoding.engine import sample_many, validate_config
+from specdemo.decoding.tree import TreeConfig
 from specdemo.errors import InputError
 from specdemo.measure.compare import compare, comparison_record
 from specdemo.measure.divergence import dtype_name
@@ -32,10 +33,13 @@ def add_parsers(sub) -> None:
     gen.add_argument("--min-confidence", type=float, default=0.0, help="draft-confidence stop (0 = off)")
     gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
     gen.add_argument("--max-new-tokens", type=int, default=64)
-    gen.add_argument("--tree-k", type=int, default=2, help="tree: children per node")
-    gen.add_argument("--tree-depth", type=int, default=4, help="tree: depth")
-    gen.add_argument("--tree-nodes", type=int, default=12, help="tree: most nodes kept (N)")
-    gen.add_argument("--tree-min-prob", type=float, default=0.0, help="tree: prune paths below this draft prob")
+    tree = TreeConfig()
+    gen.add_argument("--tree-k", type=int, default=tree.k, help="tree: children per node")
+    gen.add_argument("--tree-depth", type=int, default=tree.depth, help="tree: depth")
+    gen.add_argument("--tree-nodes", type=int, default=tree.max_nodes, help="tree: most nodes kept (N)")
+    gen.add_argument(
+        "--tree-min-prob", type=float, default=tree.min_prob, help="tree: prune paths below this draft prob"
+    )
     add_sampling_args(gen)
 
     smp = sub.add_parser("sample", help="M independent speculative samples")

@@ -12,9 +12,9 @@ from specdemo.cli.common import (
     bench_prompts,
     encode,
     load_from_args,
-    whole_numbers,
 )
 from specdemo.decoding.engine import DecodeConfig, validate_config
+from specdemo.decoding.steps import whole_numbers
 from specdemo.errors import InputError
 from specdemo.measure.divergence import dtype_name
 from specdemo.models import (

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from specdemo.decoding import suffix
 from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA, ModelDrafter, PromptLookupDrafter
 from specdemo.decoding.feature import FeatureDrafter, FeatureHead
-from specdemo.decoding import suffix
 from specdemo.decoding.suffix import DEFAULT_GAMMA as SUFFIX_GAMMA
 from specdemo.decoding.suffix import HybridDrafter, SuffixDrafter
 from specdemo.errors import InputError

@@ -28,6 +28,9 @@ class TreeConfig:
     min_prob: float = 0.0  # prune nodes whose cumulative draft probability is below this
 
 
+TREE_LIMITS = TreeConfig(k=8, depth=16, max_nodes=64)  # the largest tree a request may ask for
+
+
 @dataclass
 class DecodeConfig:
     max_new_tokens: int = 64
@@ -105,6 +108,35 @@ def validate_config(config: DecodeConfig) -> None:
     validate_sampling(config.sampling)
     if method.suffix_store:
         validate_suffix(config.suffix)
+
+
+def whole_numbers(text: str, what: str, low: int = 1, high: int = MAX_GAMMA) -> list[int]:
+    """ "1,2,4" → [1, 2, 4], each in [low, high]; anything else refused in one line naming ``what``.
+    The one parser of comma lists (γ sweeps, the profile's k and context lengths)."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{what} takes whole numbers separated by commas, got {text!r}", field=what) from None
+    if not values or not all(low <= v <= high for v in values):
+        raise InputError(f"every value in {what} must be between {low} and {high}", field=what)
+    return values
+
+
+def method_gammas(text: str, what: str, known: list[str]) -> list[tuple[str, int | None]]:
+    """ "draft,suffix=6" → [("draft", None), ("suffix", 6)]: names from ``known``, each γ in 1…MAX_GAMMA."""
+    chosen = []
+    for item in filter(None, (part.strip() for part in str(text).split(","))):
+        name, _, gamma = item.partition("=")
+        if name not in known or (gamma and not (gamma.isdigit() and 1 <= int(gamma) <= MAX_GAMMA)):
+            raise InputError(
+                f"{what} takes some of {', '.join(known)}, optionally each with a γ of 1–{MAX_GAMMA} "
+                f"(e.g. {known[0]}=2), got {text!r}",
+                field=what,
+            )
+        chosen.append((name, int(gamma) if gamma else None))
+    if not chosen:
+        raise InputError(f"{what} names no method: some of {', '.join(known)}", field=what)
+    return chosen
 
 
 def validate_request(prompt_ids: list[int], config: DecodeConfig, context_length: int | None) -> None:

@@ -28,6 +28,7 @@ from specdemo.decoding import methods
 from specdemo.decoding.kv import CachedLM, Stopwatch
 from specdemo.decoding.sampling import SamplingConfig, align_vocab, draw, draw_uniform, make_generator, to_probs
 from specdemo.decoding.steps import (
+    TREE_LIMITS,
     TreeConfig,
     closing_drafter,
     context_length,
@@ -264,12 +265,15 @@ def check_tree_attention(model) -> None:
 
 
 def validate_tree(config: TreeConfig) -> None:
-    if not 1 <= config.k <= 8:
-        raise InputError(f"tree k (children per node) must be between 1 and 8, got {config.k}", field="tree_k")
-    if not 1 <= config.depth <= 16:
-        raise InputError(f"tree depth must be between 1 and 16, got {config.depth}", field="tree_depth")
-    if not 1 <= config.max_nodes <= 64:
-        raise InputError(f"tree nodes must be between 1 and 64, got {config.max_nodes}", field="tree_nodes")
+    top = TREE_LIMITS
+    if not 1 <= config.k <= top.k:
+        raise InputError(f"tree k (children per node) must be between 1 and {top.k}, got {config.k}", field="tree_k")
+    if not 1 <= config.depth <= top.depth:
+        raise InputError(f"tree depth must be between 1 and {top.depth}, got {config.depth}", field="tree_depth")
+    if not 1 <= config.max_nodes <= top.max_nodes:
+        raise InputError(
+            f"tree nodes must be between 1 and {top.max_nodes}, got {config.max_nodes}", field="tree_nodes"
+        )
     if not 0 <= config.min_prob < 1:
         raise InputError(f"tree min_prob must be in [0, 1), got {config.min_prob}", field="tree_min_prob")
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import torch
 
+from specdemo import env
 from specdemo.decoding.feature import FeatureHead
 from specdemo.decoding.vocab import ReducedVocabLM, reduce_draft
 from specdemo.errors import InputError
@@ -28,7 +28,7 @@ class ModelCache:
     """Loads each (id, options) once; evicts the least recently used past ``budget_bytes``."""
 
     def __init__(self, budget_bytes: int | None = None):
-        default = int(float(os.environ.get("SPECDEMO_CACHE_GB", "16")) * 2**30)
+        default = int(env.number("SPECDEMO_CACHE_GB") * 2**30)
         self.budget_bytes = budget_bytes if budget_bytes is not None else default
         self._entries: OrderedDict[tuple, LoadedModel] = OrderedDict()
         self._lock = threading.RLock()

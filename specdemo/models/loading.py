@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from specdemo import env
 from specdemo.errors import InputError, ModelLoadError
 from specdemo.models import smollm2
 
@@ -198,7 +199,7 @@ def configure_cpu_threads(pair) -> int:
         return torch.get_num_threads()
     # weights held as buffers count too (an int8 weight-only target keeps its matrices there)
     n_params = sum(t.numel() for t in (*pair.target.parameters(), *pair.target.buffers()))
-    threads = int(os.environ.get("SPECDEMO_THREADS", "0")) or (1 if n_params < 50_000_000 else os.cpu_count() or 1)
+    threads = int(env.number("SPECDEMO_THREADS")) or (1 if n_params < 50_000_000 else os.cpu_count() or 1)
     torch.set_num_threads(threads)
     return threads
 

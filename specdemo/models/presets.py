@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from specdemo import env
 from specdemo.decoding import methods
 from specdemo.models import smollm2
 from specdemo.models.loading import LoadOptions
@@ -189,7 +190,7 @@ def on_zero_gpu() -> bool:
 
 def startup_preset() -> str:
     """SPECDEMO_PRESET, else the bf16 Qwen pair on ZeroGPU, else ``default_preset_name()``."""
-    return os.environ.get("SPECDEMO_PRESET") or ("qwen2.5-3b+0.5b" if on_zero_gpu() else default_preset_name())
+    return env.get("SPECDEMO_PRESET") or ("qwen2.5-3b+0.5b" if on_zero_gpu() else default_preset_name())
 
 
 def lowercases(target_id: str) -> bool:

