@@ -22,8 +22,8 @@ from pathlib import Path
 import gradio as gr
 
 from specdemo import env, errors, models
-from specdemo.app import api, durations, inspector, race, sessions, tabs, texts, tries
-from specdemo.app.race import RACE_OUTPUTS
+from specdemo.app import api, durations, inspector, race_tab, sessions, tabs, texts, tries
+from specdemo.app.race_tab import RACE_OUTPUTS
 from specdemo.app.settings import (
     DTYPE_CHOICES,
     KEEP,
@@ -64,7 +64,7 @@ def gpu(duration):
 # Every handler that touches a model runs under @gpu; the rest is plain data.
 @gpu(durations.race_seconds)
 def race_on_device(request: gr.Request, progress=gr.Progress(track_tqdm=True), **settings):
-    yield from race.race(Settings(**settings), session_of(request))
+    yield from race_tab.stream(Settings(**settings), session_of(request))
 
 
 def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), **settings):
@@ -73,7 +73,7 @@ def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), **settings):
     for last in race_on_device(request, progress=progress, **settings):
         yield last
     if ZERO_GPU and last is not None:
-        race.remember_answer(last)
+        race_tab.remember_answer(last)
 
 
 @gpu(durations.stepper_seconds)
@@ -227,7 +227,7 @@ def model_fields(first) -> Components:
     return ui
 
 
-def race_tab() -> Components:
+def race_tab_ui() -> Components:
     """Both panes, the summary, "try another method", the figures, download and replay. Named as
     ``RACE_OUTPUTS`` names them."""
     ui: Components = {}
@@ -266,7 +266,7 @@ def race_tab() -> Components:
     return ui
 
 
-def inspector_tab() -> Components:
+def inspector_tab_ui() -> Components:
     ui: Components = {}
     gr.Markdown(texts.INSPECTOR)
     with gr.Row():
@@ -280,7 +280,7 @@ def inspector_tab() -> Components:
     return ui
 
 
-def benchmark_tab() -> Components:
+def benchmark_tab_ui() -> Components:
     ui: Components = {}
     with gr.Row():
         ui["bench_gammas"] = gr.Textbox("1,2,3,4,6,8", label="γ values")
@@ -292,7 +292,7 @@ def benchmark_tab() -> Components:
     return ui
 
 
-def methods_tab() -> Components:
+def methods_tab_ui() -> Components:
     ui: Components = {}
     gr.Markdown(texts.METHODS_TAB)
     ui["methods_plot"] = gr.Plot(label="methods × tasks")
@@ -304,7 +304,7 @@ def methods_tab() -> Components:
     return ui
 
 
-def theory_tab() -> Components:
+def theory_tab_ui() -> Components:
     ui: Components = {}
     gr.Markdown(texts.THEORY)
     with gr.Row():
@@ -318,7 +318,7 @@ def theory_tab() -> Components:
     return ui
 
 
-def check_tab() -> Components:
+def check_tab_ui() -> Components:
     ui: Components = {}
     gr.Markdown(texts.CHECK)
     with gr.Row():
@@ -332,12 +332,12 @@ def check_tab() -> Components:
 
 
 TABS = {
-    "Race": race_tab,
-    "Step inspector": inspector_tab,
-    "Benchmark": benchmark_tab,
-    "Which method when?": methods_tab,
-    "Theory": theory_tab,
-    "Losslessness check": check_tab,
+    "Race": race_tab_ui,
+    "Step inspector": inspector_tab_ui,
+    "Benchmark": benchmark_tab_ui,
+    "Which method when?": methods_tab_ui,
+    "Theory": theory_tab_ui,
+    "Losslessness check": check_tab_ui,
 }
 MODEL_EVENT = dict(concurrency_id="models", api_visibility="private", validator=validate)
 PRIVATE = dict(api_visibility="private")
@@ -367,7 +367,7 @@ def wire_race(ui: Components, settings: Components) -> None:
         event.then(tabs.methods_view, [ui["preset"], ui["trace"]], methods_out, **PRIVATE)
     ui["forget_btn"].click(tabs.forget_answers, None, ui["suffix_note"], **PRIVATE)
     ui["method_label"].change(tabs.gamma_for_method, [ui["method_label"], ui["preset"]], ui["gamma"], **PRIVATE)
-    ui["trace_file"].upload(race.replay, ui["trace_file"], race_outputs, **PRIVATE)
+    ui["trace_file"].upload(race_tab.replay, ui["trace_file"], race_outputs, **PRIVATE)
     ui["stop_btn"].click(stop, None, ui["status"], queue=False, **PRIVATE)
     ui["export_btn"].click(export, ui["trace"], ui["export_btn"], **PRIVATE)
     ui["preset"].change(preset_fields, ui["preset"], [ui[name] for name in PRESET_OUTPUTS], **PRIVATE)

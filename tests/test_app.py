@@ -17,10 +17,9 @@ import plotly.graph_objects as go
 import pytest
 from tqdm import tqdm
 
-from specdemo.app import api, durations, inspector, model_thread, sessions, tabs
-from specdemo.app import race as race_tab
+from specdemo.app import api, durations, inspector, model_thread, race_tab, sessions, tabs
 from specdemo.app import settings as app_settings
-from specdemo.app.race import RACE_OUTPUTS
+from specdemo.app.race_tab import RACE_OUTPUTS
 from specdemo.app.settings import Settings
 from specdemo.decoding import methods, suffix
 from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA
@@ -42,7 +41,7 @@ def settings(**changes) -> Settings:
 
 
 def last_race_output(**changes) -> dict:
-    outputs = list(race_tab.race(settings(**changes)))
+    outputs = list(race_tab.stream(settings(**changes)))
     assert outputs
     return dict(zip(RACE_OUTPUTS, outputs[-1]))
 
@@ -66,7 +65,7 @@ def test_the_race_is_shown_while_it_runs_without_slowing_it(monkeypatch):
     still be inspected)."""
     monkeypatch.setattr(race_tab, "PANES_EVERY_S", 0.01)
     monkeypatch.setattr(race_tab, "PLOTS_EVERY_S", 0.0)
-    updates = list(race_tab.race(settings(max_new_tokens=200, prompt=STORY + " dog")))
+    updates = list(race_tab.stream(settings(max_new_tokens=200, prompt=STORY + " dog")))
     assert len(updates) >= 3
     running = [dict(zip(RACE_OUTPUTS, u)) for u in updates[1:-1]]
     assert all(u["status"].startswith("● running") for u in running)
@@ -74,21 +73,21 @@ def test_the_race_is_shown_while_it_runs_without_slowing_it(monkeypatch):
 
 
 def test_stop_ends_the_race_showing_what_it_has():
-    race = race_tab.race(settings(max_new_tokens=400), session="s-stop")
+    race = race_tab.stream(settings(max_new_tokens=400), session="s-stop")
     next(race), next(race)  # starting, then running
     assert sessions.request_stop("s-stop") == "■ stopping…"
     last = dict(zip(RACE_OUTPUTS, list(race)[-1]))
     assert last["status"].startswith("■ stopped")
     assert 0 < len(last["trace"]["baseline"]) < 400  # the stopped run can be inspected and exported
     assert not sessions.stop_requested("s-stop")  # the next run starts afresh
-    assert dict(zip(RACE_OUTPUTS, list(race_tab.race(settings(max_new_tokens=4), "s-stop"))[-1]))["status"].startswith(
-        "✓ done"
-    )
+    assert dict(zip(RACE_OUTPUTS, list(race_tab.stream(settings(max_new_tokens=4), "s-stop"))[-1]))[
+        "status"
+    ].startswith("✓ done")
 
 
 def test_closing_the_race_stops_it_at_its_next_step():
     """Gradio closes the generator when the browser goes away."""
-    race = race_tab.race(settings(max_new_tokens=400))
+    race = race_tab.stream(settings(max_new_tokens=400))
     next(race)
     race.close()  # must return promptly: the race is cancelled at its next step
     start = time.perf_counter()
@@ -129,7 +128,7 @@ def test_the_bundled_pair_lower_cases_the_prompt_and_says_so():
 def test_bad_input_is_refused_before_loading_next_to_its_field(changes, field, message):
     at_fault, text = app_settings.find_problem(settings(**changes))
     assert at_fault == field and message in text
-    status = list(race_tab.race(settings(**changes)))[-1][RACE_OUTPUTS.index("status")]
+    status = list(race_tab.stream(settings(**changes)))[-1][RACE_OUTPUTS.index("status")]
     assert status.startswith("⚠") and message in status
 
 
@@ -142,7 +141,7 @@ def test_bad_input_is_refused_before_loading_next_to_its_field(changes, field, m
 )
 def test_load_errors_are_one_status_line_and_nothing_is_lost(changes, message, caplog):
     caplog.set_level(logging.INFO, logger="specdemo.app")
-    outputs = list(race_tab.race(settings(**changes)))
+    outputs = list(race_tab.stream(settings(**changes)))
     assert outputs[0] == race_tab.status_only("● loading the pair (its first run)…")
     assert all(o[-2].startswith("● loading the pair (its first run)… ") for o in outputs[1:-1])  # ticking
     out = dict(zip(RACE_OUTPUTS, outputs[-1]))
@@ -153,7 +152,7 @@ def test_load_errors_are_one_status_line_and_nothing_is_lost(changes, message, c
 
 
 def test_the_status_line_says_what_a_first_run_waits_for_and_ticks(monkeypatch):
-    list(race_tab.race(settings(max_new_tokens=2)))  # the bundled pair is loaded now
+    list(race_tab.stream(settings(max_new_tokens=2)))  # the bundled pair is loaded now
     assert app_settings.loading_text(settings()) == "starting"
     assert app_settings.loading_text(settings(target_id="not/loaded")) == "loading the pair (its first run)"
     smollm2_first = settings(target_id=PRESETS["smollm2-135m"].target, dtype="float16")  # a key not loaded
@@ -173,7 +172,7 @@ def test_the_status_line_says_what_a_first_run_waits_for_and_ticks(monkeypatch):
         return app_settings.prepare(s)
 
     monkeypatch.setattr(race_tab, "prepare", slow_prepare)
-    statuses = [o[-2] for o in race_tab.race(settings(max_new_tokens=2))]
+    statuses = [o[-2] for o in race_tab.stream(settings(max_new_tokens=2))]
     assert statuses[0] == "● starting…" and statuses[-1].startswith("✓ done")
     ticks = [t for t in statuses if re.fullmatch(r"● starting… \d+ s", t)]
     seconds = [int(t.split()[-2]) for t in ticks]
@@ -189,10 +188,10 @@ def test_an_unexpected_error_inside_the_model_is_a_status_line(monkeypatch, capl
         yield
 
     monkeypatch.setattr(specdemo.app.live, "run_race", explode)
-    status = list(race_tab.race(settings()))[-1][RACE_OUTPUTS.index("status")]
+    status = list(race_tab.stream(settings()))[-1][RACE_OUTPUTS.index("status")]
     assert status.startswith("⚠ the device ran out of memory")
     monkeypatch.setattr(specdemo.app.live, "run_race", lambda *a, **k: iter([1 / 0]))
-    status = list(race_tab.race(settings()))[-1][RACE_OUTPUTS.index("status")]
+    status = list(race_tab.stream(settings()))[-1][RACE_OUTPUTS.index("status")]
     assert status.startswith("⚠ unexpected error (ZeroDivisionError)")
     assert any(r.exc_info for r in caplog.records if r.name == "specdemo.app")  # the log has the traceback
 

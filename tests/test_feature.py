@@ -73,10 +73,8 @@ def test_target_features_follow_the_cache_across_rejections(target):
 def drafts_match_a_fresh_drafter(target, head, prompt, steps: int = 12, gamma: int = 3, method="draft", store=None):
     """Run the chain; before every step compare the live drafter's draft and q with a drafter
     built from scratch on the same verified tokens (fresh caches, features recomputed)."""
-    from specdemo.decoding import engine
-
     seen = []
-    original = engine.FeatureDrafter.propose
+    original = FeatureDrafter.propose
 
     def checked(self, tokens, n, sampling, generator):
         draft = original(self, tokens, n, sampling, generator)
@@ -90,12 +88,12 @@ def drafts_match_a_fresh_drafter(target, head, prompt, steps: int = 12, gamma: i
         )
         return draft
 
-    engine.FeatureDrafter.propose = checked
+    FeatureDrafter.propose = checked
     try:
         cfg = DecodeConfig(max_new_tokens=steps * 2, gamma=gamma, method=method)
         run_all(decode_steps(target, head, prompt, cfg, store=store))
     finally:
-        engine.FeatureDrafter.propose = original
+        FeatureDrafter.propose = original
     return all(seen) and len(seen) > 3
 
 

@@ -143,11 +143,11 @@ def test_bfloat16_divergence_is_found_and_explained_as_a_near_tie():
 
 
 def test_app_runs_the_seed_prompt_on_smollm2():
-    from specdemo.app.race import RACE_OUTPUTS, race
+    from specdemo.app.race_tab import RACE_OUTPUTS, stream
     from specdemo.app.settings import Settings
 
     settings = Settings.from_preset("smollm2-135m", prompt=SEED_PROMPT, max_new_tokens=24)
-    out = dict(zip(RACE_OUTPUTS, list(race(settings))[-1]))
+    out = dict(zip(RACE_OUTPUTS, list(stream(settings))[-1]))
     assert out["status"].startswith("✓ done")
     spec_html = out["speculative_pane"]
     assert "tok-accepted" in spec_html and ("tok-correction" in spec_html or "tok-bonus" in spec_html)

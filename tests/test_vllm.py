@@ -121,7 +121,7 @@ def test_a_race_of_two_engines_names_its_sides_everywhere():
     assert "vLLM speculative: acceptance" in html and "identical to vLLM speculative" in html
     assert ">baseline<" not in html and "÷ vLLM" in html
     assert pane_titles("vllm-vs-specdemo")[0].startswith("### vLLM") and "Baseline" in pane_titles("draft")[0]
-    from specdemo.app.race import render
+    from specdemo.app.race_tab import render
 
     shown = render(state, str, "prompt", "all", "✓")
     race_plot = next(o for o in shown if hasattr(o, "data") and "race" in str(o.layout.title.text).lower())
@@ -165,12 +165,12 @@ def test_a_missed_counters_poll_mid_race_is_skipped_and_the_last_read_must_answe
     pair = SimpleNamespace(eos=set())
     urls = {"baseline": "http://a", "speculative": "http://b"}
     polls = 2 * len(rec["deltas"])  # one per step of either side, then one after the race
-    monkeypatch.setattr(vllm, "race_steps", race_steps([None, 2] + [None] * (polls - 2) + [3]))
+    monkeypatch.setattr(vllm, "both_servers_steps", race_steps([None, 2] + [None] * (polls - 2) + [3]))
     states = list(live.vllm_race(pair, [1, 2], DecodeConfig(max_new_tokens=8, method="vllm"), lambda: False, urls))
     assert states[-1].done and states[-1].server_counters["acceptance_rate"] == pytest.approx(3 / k)
     assert len(states[-1].contender) == len(rec["deltas"])
 
-    monkeypatch.setattr(vllm, "race_steps", race_steps([2] * polls + [None]))  # control: the last read fails
+    monkeypatch.setattr(vllm, "both_servers_steps", race_steps([2] * polls + [None]))  # control: the last read fails
     with pytest.raises(vllm.BackendError, match="gave no /metrics"):
         list(live.vllm_race(pair, [1, 2], DecodeConfig(max_new_tokens=8, method="vllm"), lambda: False, urls))
 
@@ -196,7 +196,7 @@ def test_a_server_that_is_down_is_one_line():
     with pytest.raises(vllm.BackendError, match="no vLLM server answers at"):
         list(vllm.stream_token_deltas(url, "m", [1, 2], 4))
     with pytest.raises(vllm.BackendError, match="no vLLM server answers at"):  # the race against specdemo's
-        vllm.speculative_steps(url, [1, 2], 4)
+        vllm.server_steps(url, [1, 2], 4)
 
 
 def test_starting_without_the_vllm_environment_says_how_to_get_it(tmp_path):
@@ -321,7 +321,7 @@ def test_bench_rows_through_the_backend(servers, smollm2_target, prompt_ids):
 @pytest.mark.vllm
 @needs_vllm
 def test_the_apps_race_runs_through_the_backend(servers, smollm2_target):
-    from specdemo.app import race as race_tab
+    from specdemo.app import race_tab
     from specdemo.app.settings import Settings
 
     urls, _ = servers
@@ -333,7 +333,7 @@ def test_the_apps_race_runs_through_the_backend(servers, smollm2_target):
         vllm_baseline_url=urls["baseline"],  # the fields under Advanced
         vllm_speculative_url=urls["speculative"] + "/",
     )
-    final = dict(zip(race_tab.RACE_OUTPUTS, list(race_tab.race(settings))[-1]))
+    final = dict(zip(race_tab.RACE_OUTPUTS, list(race_tab.stream(settings))[-1]))
     assert final["status"].startswith("✓ done") and "inferred" in final["status"], final["status"]
     assert "garden" in final["baseline_pane"] and "garden" in final["speculative_pane"]  # both carry the answer
     assert "vLLM" in final["baseline_title"] and "vLLM" in final["speculative_title"]
@@ -344,7 +344,7 @@ def test_the_apps_race_runs_through_the_backend(servers, smollm2_target):
 def test_vllms_speculative_server_races_specdemos_own_engine(servers, smollm2_target, prompt_ids):
     """One engine against another on the same prompt: vLLM's speculative server on the left, this
     process's speculative decoding (the draft model) on the right; the same greedy text."""
-    from specdemo.app import race as race_tab
+    from specdemo.app import race_tab
     from specdemo.app.live import run_race
     from specdemo.app.settings import Settings
     from specdemo.decoding.engine import DecodeConfig
@@ -370,7 +370,7 @@ def test_vllms_speculative_server_races_specdemos_own_engine(servers, smollm2_ta
         max_new_tokens=24,
         vllm_speculative_url=urls["speculative"],
     )
-    shown = dict(zip(race_tab.RACE_OUTPUTS, list(race_tab.race(settings))[-1]))
+    shown = dict(zip(race_tab.RACE_OUTPUTS, list(race_tab.stream(settings))[-1]))
     assert shown["status"].startswith("✓ done"), shown["status"]
     assert shown["baseline_title"].startswith("### vLLM") and shown["speculative_title"].startswith("### specdemo")
     assert "identical to vLLM speculative" in shown["summary"] and "✓" in shown["summary"]
@@ -401,7 +401,7 @@ def test_a_server_killed_mid_race_and_a_dead_one_are_one_status_line(servers, sm
     import os
     import signal
 
-    from specdemo.app import race as race_tab
+    from specdemo.app import race_tab
     from specdemo.app.settings import Settings
 
     urls, procs = servers
@@ -413,7 +413,7 @@ def test_a_server_killed_mid_race_and_a_dead_one_are_one_status_line(servers, sm
         vllm_baseline_url=urls["baseline"],
         vllm_speculative_url=urls["speculative"],
     )
-    updates = race_tab.race(settings)
+    updates = race_tab.stream(settings)
     for out in updates:
         status = out[-2]
         if isinstance(status, str) and status.startswith("● running") and not status.endswith("+ 0 tokens"):

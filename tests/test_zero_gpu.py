@@ -14,8 +14,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from specdemo.app import api, durations, inspector, tabs
-from specdemo.app import race as race_tab
+from specdemo.app import api, durations, inspector, race_tab, tabs
 from specdemo.app import settings as app_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,12 +59,12 @@ def test_every_gpu_handlers_inputs_and_outputs_pickle():
     arguments = (gr.Request(), gr.Progress())
     pickle.loads(pickle.dumps((arguments, story)))
     outputs = [
-        *race_tab.race(app_settings.Settings(**story)),
+        *race_tab.stream(app_settings.Settings(**story)),
         inspector.stepper_start(app_settings.Settings(**story)),
         tabs.benchmark(app_settings.Settings(**story), "2"),
         tabs.lossless(app_settings.Settings(**story), samples=10, k=1),
         api.compare_api("once upon a time", 4, preset="bundled-tinystories"),
-        race_tab.race(app_settings.Settings(**(story | {"gamma": 0}))),  # errors are plain values too
+        race_tab.stream(app_settings.Settings(**(story | {"gamma": 0}))),  # errors are plain values too
     ]
     for value in outputs:
         value = list(value) if hasattr(value, "__next__") else value

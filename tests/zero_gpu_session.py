@@ -10,7 +10,7 @@ import spaces  # the fake one (tests/fake_spaces)
 import app
 from specdemo.app import inspector, sessions
 from specdemo.app import settings as app_settings
-from specdemo.app.race import RACE_OUTPUTS
+from specdemo.app.race_tab import RACE_OUTPUTS
 from specdemo.models import DEFAULT_CACHE, PRESETS
 
 preset = PRESETS[app.PRESET]

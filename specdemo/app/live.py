@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from specdemo.app import model_thread
 from specdemo.decoding import methods
-from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, naive_handoff_steps, race
+from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, interleave, naive_handoff_steps
 from specdemo.errors import InputError
 from specdemo.measure.divergence import dtype_name
 from specdemo.measure.race import RaceState
@@ -40,7 +40,7 @@ def run_race(
         contender = decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
     baseline = baseline_steps(pair.target, prompt_ids, config, pair.eos, cancel)
     state = RaceState(method, config.sampling.greedy, dtype=dtype_name(pair.target))
-    for side, step in race(baseline, contender):
+    for side, step in interleave(baseline, contender):
         (state.baseline if side == "baseline" else state.contender).append(step)
         yield state
     state.done = True
@@ -60,13 +60,11 @@ def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, st
     method = config.method
     both_servers = methods.get(method).runner == "vllm"
     if both_servers:
-        baseline, contender, counters = vllm.race_steps(
+        baseline, contender, counters = vllm.both_servers_steps(
             urls["baseline"], urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel
         )
     else:
-        baseline, counters = vllm.speculative_steps(
-            urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel
-        )
+        baseline, counters = vllm.server_steps(urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel)
         mine = replace(config, method=methods.DRAFT.name)  # specdemo's side: the draft model's chain
         contender = decode_steps(pair.target, pair.draft, prompt_ids, mine, pair.eos, cancel)
     state = RaceState(method, True, dtype="float32" if both_servers else dtype_name(pair.target))
@@ -87,7 +85,7 @@ def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, st
             state.server_acceptance.append((len(server_side), delta.acceptance_rate))
 
     last = time.perf_counter()
-    for side, step in race(baseline, contender):
+    for side, step in interleave(baseline, contender):
         (state.baseline if side == "baseline" else state.contender).append(step)
         if time.perf_counter() - last >= COUNTERS_EVERY_S:
             last = time.perf_counter()

@@ -48,30 +48,26 @@ def top_entries(probs: torch.Tensor, n: int = 10) -> list[tuple[int, float]]:
     return [(int(i), float(v)) for i, v in zip(ids.tolist(), values.tolist(), strict=False)]
 
 
-def verify_draft(logits: torch.Tensor, draft: Draft, sampling: SamplingConfig, generator, step: Step) -> int:
-    """Apply the acceptance rule to ``draft`` given the target's logits [k+1, V].
-
-    Fills ``step`` (p, q, draws, accepted, correction/bonus) and returns the token emitted
-    after the accepted drafts."""
+def verify_draft(
+    logits: torch.Tensor, draft: Draft, sampling: SamplingConfig, generator, step: Step
+) -> tuple[int, int]:
+    """Apply the acceptance rule to ``draft`` given the target's logits [k+1, V]: (how many drafts
+    are kept, the token emitted after them). Records p, q and the draws in ``step``; ``settle``
+    records the verdict once the token budget and EOS have had their say."""
     k = len(draft)
     probs = to_probs(logits, sampling)  # p_1..p_{k+1}; plain softmax in greedy mode (display)
     step.drafted = list(draft.ids)
     if k:
         step.p = probs[torch.arange(k), torch.tensor(draft.ids)].tolist()
         step.q = draft.q_of_drafted()
-
+    residual = None
     if sampling.greedy:
         # Greedy: keep x_i while it is the target's argmax; then emit the target's argmax.
         target_choice = logits.argmax(dim=-1).tolist()
         n = 0
         while n < k and draft.ids[n] == target_choice[n]:
             n += 1
-        step.accepted = n
         token = target_choice[n]
-        step.top2 = top_two(logits[: n + 1])
-        if n < k:  # for the inspector: the target's and the draft's views at the rejection
-            step.p_top = top_entries(probs[n])
-            step.q_top = top_entries(draft.q_row(n, probs.shape[-1], probs.device))
     else:
         n = 0
         while n < k:
@@ -83,22 +79,27 @@ def verify_draft(logits: torch.Tensor, draft: Draft, sampling: SamplingConfig, g
                 continue
             # First rejection: draw from the residual norm(max(0, p − q)), which puts back the
             # probability mass the draft under-proposed; this makes the output exactly ~ p.
-            q_row = draft.q_row(n, probs.shape[-1], probs.device)
-            residual = (probs[n] - q_row).clamp_min(0)
+            residual = (probs[n] - draft.q_row(n, probs.shape[-1], probs.device)).clamp_min(0)
             total = residual.sum()
             residual = residual / total if total > 0 else probs[n]
-            step.residual_top = top_entries(residual)
-            step.p_top, step.q_top = top_entries(probs[n]), top_entries(q_row)
             break
-        step.accepted = n
         # All k kept: the bonus token comes from p_{k+1}, the one verify forward's last row.
         token = draw(residual if n < k else probs[k], generator)
+    record_views(step, logits, probs, draft, n, residual, sampling.greedy)
+    return n, token
 
-    if step.accepted < k:
-        step.correction = token
-    else:
-        step.bonus = token
-    return token
+
+def record_views(step: Step, logits, probs, draft: Draft, n: int, residual, greedy: bool) -> None:
+    """What only the inspector and the divergence explainer show, read off the rows the rule used:
+    the target's two best tokens at each emitted position (greedy), and at a rejection the top
+    entries of p, q and the residual."""
+    if greedy:
+        step.top2 = top_two(logits[: n + 1])
+    if n < len(draft):
+        step.p_top = top_entries(probs[n])
+        step.q_top = top_entries(draft.q_row(n, probs.shape[-1], probs.device))
+        if residual is not None:
+            step.residual_top = top_entries(residual)
 
 
 def make_drafter(config: DecodeConfig, draft_model, target: CachedLM, store: SuffixStore | None = None):
@@ -150,11 +151,11 @@ def speculative_steps(
             # ONE target forward over [uncached tokens, x_1..x_k]: logits for p_1..p_{k+1}.
             logits = target.logits_after(tokens, draft.ids)
         with Stopwatch(target.device) as t_rest:
-            token = verify_draft(logits, draft, config.sampling, generator, step)
+            accepted, token = verify_draft(logits, draft, config.sampling, generator, step)
             # Roll the target's cache back to the accepted prefix (the rejected drafts go).
-            target.rollback_to(len(tokens) + step.accepted)
-            schedule.update(len(draft), step.accepted)
-            settle(step, draft.ids[: step.accepted], token, budget, eos)
+            target.rollback_to(len(tokens) + accepted)
+            schedule.update(len(draft), accepted)
+            settle(step, draft.ids[:accepted], token, budget, eos, bonus=accepted == len(draft))
             tokens.extend(step.emitted)
         step.draft_s, step.verify_s, step.rest_s = t_draft.seconds, t_verify.seconds, t_rest.seconds
         step.draft_source = draft.source
@@ -198,8 +199,8 @@ def baseline_steps(
         with Stopwatch(target.device) as t_verify:
             logits = target.logits_after(tokens)
         with Stopwatch(target.device) as t_rest:
-            token = verify_draft(logits, Draft(), config.sampling, generator, step)
-            settle(step, [], token, budget, eos)
+            _, token = verify_draft(logits, Draft(), config.sampling, generator, step)
+            settle(step, [], token, budget, eos, bonus=True)
             tokens.extend(step.emitted)
         step.verify_s, step.rest_s = t_verify.seconds, t_rest.seconds
 
@@ -238,7 +239,7 @@ def naive_handoff_steps(
         yield step
 
 
-def race(baseline: Iterator[Step], contender: Iterator[Step]) -> Iterator[tuple[str, Step]]:
+def interleave(baseline: Iterator[Step], contender: Iterator[Step]) -> Iterator[tuple[str, Step]]:
     """Interleave two step streams in one thread, each step timed alone.
 
     The side whose own compute clock is behind runs next, so at every moment both sides have

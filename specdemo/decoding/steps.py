@@ -192,14 +192,18 @@ def top_two(rows: torch.Tensor) -> list[tuple[int, float, int, float]]:
     return out
 
 
-def settle(step: Step, kept: list[int], token: int, budget: int, eos: set[int]) -> None:
-    """Emit the kept drafts and the target's token, cut at an EOS and at the budget. An EOS among
-    the kept drafts ends the text there: the drafts after it and the target's token are not
-    emitted, so they count neither as accepted nor as a correction or bonus."""
+def settle(step: Step, kept: list[int], token: int, budget: int, eos: set[int], bonus: bool) -> None:
+    """The step's verdict, set once: emit the kept drafts and the target's token (a bonus when
+    every draft was kept, else a correction), cut at an EOS and at the budget. An EOS among the
+    kept drafts ends the text there: the drafts after it and the target's token are not emitted,
+    so they count neither as accepted nor as a correction or bonus."""
     step.emitted, step.finished = finish_emitted(kept + [token], budget, eos)
-    if len(step.emitted) <= len(kept):
-        step.accepted = len(step.emitted)
-        step.correction = step.bonus = None
+    step.accepted = min(len(kept), len(step.emitted))
+    if len(step.emitted) > len(kept):
+        if bonus:
+            step.bonus = token
+        else:
+            step.correction = token
 
 
 def drive(step_fn, prompt_ids: list[int], config: DecodeConfig, cancel=None) -> Iterator[Step]:

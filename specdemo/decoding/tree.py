@@ -326,13 +326,8 @@ def tree_steps(
             # q of each node under its parent's draft distribution (probs are cumulative)
             step.q = [pr / (tree.probs[par] if par >= 0 else 1.0) for pr, par in zip(tree.probs, tree.parents)]
             step.tree_parents, step.tree_path = list(tree.parents), list(verdict.path)
-            step.accepted = len(verdict.path)
-            if verdict.bonus:
-                step.bonus = verdict.token
-            else:
-                step.correction = verdict.token
             path_tokens = [tree.tokens[n] for n in verdict.path]
-            settle(step, path_tokens, verdict.token, budget, eos)
+            settle(step, path_tokens, verdict.token, budget, eos, bonus=verdict.bonus)
             tokens.extend(step.emitted)
         step.draft_s, step.verify_s, step.rest_s = t_draft.seconds, t_verify.seconds, t_rest.seconds
 

@@ -421,7 +421,7 @@ def in_background(items: Iterator, cancel: Callable[[], bool] | None = None) -> 
     return drain()
 
 
-def race_steps(
+def both_servers_steps(
     baseline_url: str,
     speculative_url: str,
     prompt_ids: list[int],
@@ -438,7 +438,7 @@ def race_steps(
     return baseline, speculative, lambda: read_counters(speculative_url) - before
 
 
-def speculative_steps(
+def server_steps(
     url: str,
     prompt_ids: list[int],
     max_tokens: int,

@@ -103,7 +103,7 @@ def failure(message: str) -> tuple:
     return status_only(f"⚠ {message}")
 
 
-def race(s: Settings, session: str | None = None) -> Iterator[tuple]:
+def stream(s: Settings, session: str | None = None) -> Iterator[tuple]:
     """The Run button: both panes, the summary and the figures as the race goes on.
 
     The race runs on the model thread (``LiveRace``); this generator shows its latest state at a
