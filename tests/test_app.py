@@ -284,7 +284,7 @@ def test_losslessness_check_flags_a_wrong_sampler(monkeypatch):
         return real(target, draft, ids, cold, eos)
 
     monkeypatch.setattr(specdemo.measure.lossless, "decode_steps", too_cold)
-    _, text = tabs.lossless(settings(), samples=300, k=1, temperature=1.0)
+    _, text = list(tabs.lossless_stream(settings(), samples=300, k=1, temperature=1.0))[-1]
     assert "the distributions differ" in text
 
 
@@ -493,3 +493,51 @@ def test_trying_another_method_keeps_every_race_on_the_prompt():
     assert tries.keep_try(kept, None) == kept
     assert tries.keep_try(kept, second) == kept  # a failed race leaves the last trace as it was: not kept twice
     tabs.forget_answers()  # the suffix race filed its answer in the process's store
+
+
+def test_a_run_too_short_to_time_claims_no_speedup_and_gets_no_star():
+    """One token a side is jitter, not a measurement: the summary says so and the tries table stars
+    only lossless runs long enough to time (the naive hand-off never)."""
+    from specdemo.app import tries
+
+    short = last_race_output(max_new_tokens=1)
+    assert "too short to time: 1 token" in short["summary"] and "×</td>" not in short["summary"].split("speedup")[1]
+    long = last_race_output()
+    assert "too short" not in long["summary"]  # control: 24 tokens are timed
+    naive = last_race_output(method_label=methods.get("naive").label)
+    kept = [tries.tried_row(out["trace"]) for out in (short, long, naive)]
+    table = tries.tries_html(kept)
+    rows = [row.split("</tr>")[0] for row in table.split("<tr>")[2:]]  # the header row first
+    assert "★" not in rows[0] and "– (too short)" in rows[0]
+    assert "★" in rows[1] and "★" not in rows[2]
+
+
+def test_a_race_stopped_before_any_step_has_nothing_to_compare():
+    from specdemo.measure.race import RaceState
+    from specdemo.view.render import summary_html
+
+    empty = RaceState(methods.DRAFT.name, True, done=True)
+    html = summary_html(empty.summary(), greedy=True, lossless=True)
+    assert "nothing to compare" in html and "0.00×" not in html and "identical" not in html
+
+
+def test_sampled_panes_do_not_flag_differences_and_say_why():
+    sampled = last_race_output(temperature=0.8, seed=3)
+    sides = [[t for step in sampled["trace"][side] for t in step["emitted"]] for side in ("baseline", "contender")]
+    assert sides[0] != sides[1]  # the two samples do differ…
+    assert "differs from the baseline here" not in sampled["speculative_pane"]  # …and no token is flagged
+    assert "both sides draw their own random tokens" in sampled["summary"]
+    greedy = last_race_output(draft_id=BUNDLED_TARGET)  # control: greedy marks a difference if there is one
+    assert "both sides draw" not in greedy["summary"]
+
+
+def test_special_tokens_show_as_a_readable_marker():
+    from transformers import AutoTokenizer
+
+    from specdemo.app.settings import decoder
+
+    tokenizer = AutoTokenizer.from_pretrained(BUNDLED_TARGET)
+    decode = decoder(tokenizer)
+    assert decode(tokenizer.eos_token_id) == " ⟨end⟩"
+    word = tokenizer.encode("once", add_special_tokens=False)[0]
+    assert decode(word) == tokenizer.decode([word])  # control: an ordinary token is its text

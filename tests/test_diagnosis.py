@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specdemo.decoding.steps import Step
-from specdemo.measure.diagnosis import limited_by, run_terms
+from specdemo.measure.diagnosis import limited_by, question, run_terms
 from specdemo.measure.metrics import acceptance_per_position
 
 T_T = 0.030  # one target step
@@ -80,3 +80,30 @@ def test_a_speedup_from_a_run_that_kept_nothing_is_called_noise():
     assert limited_by(baseline(), kept_nothing, speedup=0.9)["term"] == "acceptance"  # slower: the usual reason
     # control: the same clocks with one token in two kept is a real gain, and nothing is said
     assert limited_by(baseline(), speculative(30, 2, [1, 0], draft_s=0.0, verify_ratio=0.8)) is None
+
+
+def test_any_gain_from_a_run_that_kept_nothing_is_called_noise():
+    """Not only past 1.15×: a 1.05× with τ = 1 is the clock's too (the summary used to say nothing)."""
+    slightly = speculative(30, 1, [0], draft_s=0.0, verify_ratio=0.95)
+    assert limited_by(baseline(), slightly)["term"] == "noise"
+    # control: the same run a little slower than the baseline is read as a slow run, not noise
+    assert limited_by(baseline(), speculative(30, 1, [0], draft_s=0.0, verify_ratio=1.05))["term"] != "noise"
+
+
+def test_the_question_fits_the_number():
+    assert question("noise", 1.3) == "is that speedup real?"
+    assert question("acceptance", 0.9) == "why no speedup?"
+    assert question("acceptance", 1.1) == "why not more?"
+
+
+def test_advice_to_draft_less_only_where_the_run_has_something_to_shorten():
+    low = [0, 0, 1]
+    at_one = limited_by(baseline(), speculative(30, 1, low, draft_s=0.002, verify_ratio=1.1))
+    at_three = limited_by(baseline(), speculative(30, 3, low, draft_s=0.002, verify_ratio=1.1))
+    as_tree = limited_by(baseline(), speculative(30, 3, low, draft_s=0.002, verify_ratio=1.1), "tree")
+    assert at_one["term"] == at_three["term"] == as_tree["term"] == "acceptance"
+    assert "shorter γ" not in at_one["text"]  # γ = 1 has nothing shorter
+    assert "shorter γ" in at_three["text"]  # control: the same advice where γ is 3
+    assert "shorter γ" not in as_tree["text"] and "smaller tree" in as_tree["text"]  # a tree's size is not γ
+    costly = limited_by(baseline(), speculative(30, 1, [1, 1, 0], draft_s=0.02 * T_T, verify_ratio=2.6))
+    assert costly["term"] == "verify cost" and "shorter γ" not in costly["text"]

@@ -23,6 +23,7 @@ class RepeatDrafter:
 TOY = methods.Method(
     "repeat-last",
     "repeat the last token (a toy)",
+    "repeat-last toy",
     "speculative decoding with the last token repeated as the draft",
     draft_model=False,
     gamma=2,
@@ -44,6 +45,7 @@ def places() -> dict[str, bool]:
     """Where a method named repeat-last shows: the CLI, the app's dropdown, the bench, the tasks table."""
     from specdemo import cli
     from specdemo.app.settings import method_labels
+    from specdemo.cli.bench import task_method_names
     from specdemo.measure.bench import all_engines
 
     shown = io.StringIO()
@@ -53,7 +55,7 @@ def places() -> dict[str, bool]:
         "--help": "repeat-last" in shown.getvalue(),
         "dropdown": TOY.label in method_labels(),
         "bench": TOY.engine in all_engines(),
-        "tasks": TOY.name in cli.task_method_names(),
+        "tasks": TOY.name in task_method_names(),
         "suggested": TOY.name in [m.name for m in methods.suggestions()],
     }
 

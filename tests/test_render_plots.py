@@ -7,8 +7,21 @@ import pytest
 
 from specdemo.decoding.engine import Step
 from specdemo.measure.race import RaceState
-from specdemo.view.plots import gamma_sweep_figure, live_figures, running_speedup
+from specdemo.view.plots import (
+    acceptance_figure,
+    accepted_length_figure,
+    gamma_sweep_figure,
+    race_figure,
+    running_speedup,
+    speedup_figure,
+)
 from specdemo.view.render import legend_html, step_table_html, summary_html, token_spans, tokens_html
+
+
+def live_figures(base, spec):
+    """The figures the Race tab redraws as a race runs (``race_tab.render``)."""
+    return race_figure(base, spec), acceptance_figure(spec), accepted_length_figure(spec), speedup_figure(base, spec)
+
 
 WORDS = {1: "a", 2: "<b>", 3: "c", 4: "d", 5: "&e", 6: "f", 7: "g"}
 decode = WORDS.__getitem__

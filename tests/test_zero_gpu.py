@@ -62,7 +62,7 @@ def test_every_gpu_handlers_inputs_and_outputs_pickle():
         *race_tab.stream(app_settings.Settings(**story)),
         inspector.stepper_start(app_settings.Settings(**story)),
         tabs.benchmark(app_settings.Settings(**story), "2"),
-        tabs.lossless(app_settings.Settings(**story), samples=10, k=1),
+        list(tabs.lossless_stream(app_settings.Settings(**story), samples=10, k=1))[-1],
         api.compare_api("once upon a time", 4, preset="bundled-tinystories"),
         race_tab.stream(app_settings.Settings(**(story | {"gamma": 0}))),  # errors are plain values too
     ]

@@ -250,7 +250,17 @@ def prepare(s: Settings) -> Prepared:
 
 
 def decoder(tokenizer):
-    return functools.lru_cache(maxsize=65536)(lambda t: tokenizer.decode([t]))
+    """Token id → its text; a special token (``<|im_end|>``) as a readable marker (⟨end⟩)."""
+    special = set(getattr(tokenizer, "all_special_ids", None) or [])
+
+    def decode(t: int) -> str:
+        if t not in special:
+            return tokenizer.decode([t])
+        if t == tokenizer.eos_token_id or "end" in str(tokenizer.convert_ids_to_tokens(t)):
+            return " ⟨end⟩"
+        return f" ⟨{str(tokenizer.convert_ids_to_tokens(t)).strip('<|>')}⟩"
+
+    return functools.lru_cache(maxsize=65536)(decode)
 
 
 def start_note(name: str) -> str:

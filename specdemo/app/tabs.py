@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import deque
 from html import escape
 from pathlib import Path
 
@@ -125,11 +124,6 @@ def lossless_stream(s: Settings, samples: int = 100, k: int = 2, temperature: fl
         )
     except Exception as error:
         yield None, f"⚠ {friendly(error)}"
-
-
-def lossless(s: Settings, samples: int = 100, k: int = 2, temperature: float = 1.0) -> tuple:
-    """The χ² check's verdict: (figure, markdown)."""
-    return deque(lossless_stream(s, samples, k, temperature), maxlen=1)[0]
 
 
 # ---------------------------------------------------------------- suffix decoding's memory

@@ -34,6 +34,9 @@ def tried_row(trace: dict) -> dict:
         "alpha": summary.get("acceptance_rate"),
         "tau": summary.get("mean_accepted_tokens"),
         "identical": summary.get("identical_so_far", True),
+        "too_short": summary.get("too_short", False),
+        # the ★ goes only to a run that counts: lossless and long enough to time
+        "counts": not summary.get("too_short", False) and trace.get("method") in methods.names(lossless=True),
         "limited_by": why.get("term", ""),
     }
 
@@ -61,18 +64,23 @@ def suggest(tries: list[dict]) -> str | None:
 def tries_html(tries: list[dict]) -> str:
     if len(tries) < 2:
         return ""  # one race: the summary above says it all
-    best = max(range(len(tries)), key=lambda i: tries[i]["speedup"])
+    counted = [i for i, t in enumerate(tries) if t.get("counts", True)]
+    best = max(counted, key=lambda i: tries[i]["speedup"]) if counted else None
     rows = []
     for i, t in enumerate(tries):
         alpha = "–" if t["alpha"] is None else f"{t['alpha']:.0%}"
         tau = "–" if t["tau"] is None else f"{t['tau']:.2f}"
-        speedup = f"{t['speedup']:.2f}×" + (" ★" if i == best else "")
+        speedup = "– (too short)" if t.get("too_short") else f"{t['speedup']:.2f}×"
+        speedup += " ★" if i == best else ""
         same = "yes" if t["identical"] else "no (see the divergence note)"
         rows.append([label_of(t["method"]), str(t["gamma"]), speedup, alpha, tau, same])
     return table_html(
         ["method", "γ", "× baseline (wall clock)", "drafts kept", "tokens per target forward", "same text"],
         rows,
-        note=f"Every race on this prompt ({len(tries)}), each against its own baseline run; ★ the fastest.",
+        note=(
+            f"Every race on this prompt ({len(tries)}), each against its own baseline run; ★ the fastest lossless "
+            "run long enough to time."
+        ),
     )
 
 

@@ -77,7 +77,7 @@ def cmd_generate(args) -> None:
     if record["limited_by"]:
         from specdemo.measure.diagnosis import question
 
-        print(f"{question(record['limited_by']['term'])} {record['limited_by']['text']}")
+        print(f"{question(record['limited_by']['term'], record['speedup'])} {record['limited_by']['text']}")
     if sys.stdout.isatty():
         print("colours: green accepted · red struck rejected · yellow correction · blue bonus")
 

@@ -50,8 +50,6 @@ class ModelDrafter:
     ``min_confidence`` > 0 stops a draft early when the draft's top probability falls below
     it: the draft is unsure, so the target's time is better spent on a shorter check."""
 
-    name = "draft"
-
     def __init__(self, model, target_vocab_size: int, min_confidence: float = 0.0):
         self.lm = CachedLM(model)
         self.vocab_size = target_vocab_size
@@ -88,8 +86,6 @@ class PromptLookupDrafter:
     """Prompt lookup decoding (Saxena 2023): find the latest earlier occurrence of the last
     n tokens (n = max_ngram … 1) and propose what followed it. No model runs; q is one-hot
     on the proposal, and the acceptance rule keeps sampling lossless all the same."""
-
-    name = "prompt-lookup"
 
     def __init__(self, max_ngram: int = 3):
         self.max_ngram = max_ngram

@@ -221,7 +221,7 @@ def naive_handoff_steps(
     there. Nothing the draft wrote is checked, so the output is not the target's: it is shown
     only to contrast it with real (lossless) speculative decoding. Unlike the original
     script it stays in token space (no decode and re-encode), so what differs is the method."""
-    refuse_feature_head(draft_model, "naive")
+    refuse_feature_head(draft_model, "the naive hand-off")
     tokens = list(prompt_ids)
     last = None
     half = max(1, config.max_new_tokens // 2)

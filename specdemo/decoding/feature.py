@@ -263,8 +263,6 @@ class FeatureDrafter:
     """Drafts γ tokens with a FeatureHead from the target's features (``target.features``, kept
     per position by the target's CachedLM in step with its KV cache)."""
 
-    name = "feature"
-
     def __init__(self, head: FeatureHead, target, vocab_size: int):
         self.head = head
         self.target = target  # the CachedLM of the target (with feature_layers = head.cfg.layers)

@@ -29,6 +29,7 @@ DEFAULT_PANES = ("Baseline: the target alone", "Speculative: drafts, each step c
 class Method:
     name: str  # the CLI's, the API's and a trace's word for it
     label: str  # the app's dropdown
+    short: str  # in tables and sentences ("the {short} guesses it")
     description: str  # one line: what the right-hand side of a race is
     lossless: bool = True  # False only for the naive hand-off, which checks nothing
     draft_model: bool = True  # runs a draft model (else it proposes from text: no model to load)
@@ -121,6 +122,7 @@ DRAFT = register(
     Method(
         "draft",
         "draft model",
+        "draft model",
         "speculative decoding with the draft model",
         drafter=model_drafter,
         suggest=0,
@@ -131,6 +133,7 @@ DRAFT = register(
 register(
     Method(
         "prompt-lookup",
+        "prompt lookup",
         "prompt lookup",
         "speculative decoding with prompt lookup (no draft model)",
         draft_model=False,
@@ -145,6 +148,7 @@ register(
     Method(
         "suffix",
         "suffix decoding (prompt + earlier answers)",
+        "suffix decoding",
         "speculative decoding with suffix decoding (the prompt and earlier answers; no draft model)",
         draft_model=False,
         suffix_store=True,
@@ -159,6 +163,7 @@ register(
     Method(
         "suffix-tree",
         "suffix decoding, as a tree of continuations",
+        "suffix decoding's tree",
         "speculative decoding with suffix decoding's tree of continuations (no draft model)",
         draft_model=False,
         suffix_store=True,
@@ -172,6 +177,7 @@ register(
     Method(
         "hybrid",
         "hybrid: suffix decoding where it has seen the text, else the draft model",
+        "suffix + draft model",
         "speculative decoding with suffix decoding where it has a proposal, else the draft model",
         suffix_store=True,
         gamma=SUFFIX_GAMMA,
@@ -185,6 +191,7 @@ register(
     Method(
         "tree",
         "token tree",
+        "token tree",
         "speculative decoding with a token tree drafted by the draft model",
         tree=True,
         suggest=4,
@@ -195,6 +202,7 @@ register(
     Method(
         "naive",
         "naive: draft writes half, target continues (NOT lossless)",
+        "naive hand-off",
         "NOT speculative decoding: the draft writes the first half, the target continues",
         lossless=False,
         runner="naive",
@@ -205,6 +213,7 @@ register(
     Method(
         "vllm",
         "vLLM servers: baseline vs speculative",
+        "vLLM",
         "vLLM's speculative decoding against vLLM's baseline, two servers over HTTP",
         draft_model=False,  # its servers draft
         runner="vllm",
@@ -215,6 +224,7 @@ register(
     Method(
         "vllm-vs-specdemo",
         "vLLM's speculative server vs specdemo's own",
+        "vLLM vs specdemo",
         "vLLM's speculative decoding (a server) against specdemo's own (the draft model)",
         runner="vllm-vs-specdemo",
         panes=("vLLM: speculative decoding on its server", "specdemo: speculative decoding in this process"),

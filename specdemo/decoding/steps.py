@@ -39,10 +39,10 @@ class DecodeConfig:
     min_confidence: float = 0.0  # draft-confidence stop; 0 = off
     method: str = methods.DRAFT.name  # a name in ``methods.REGISTRY``
     max_ngram: int = 3
-    suffix: SuffixConfig = field(default_factory=SuffixConfig)  # method "suffix"
+    suffix: SuffixConfig = field(default_factory=SuffixConfig)  # the methods that draft from suffix decoding
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens_cap: int = 2048
-    tree: TreeConfig = field(default_factory=TreeConfig)  # method "tree": k, depth, nodes, threshold
+    tree: TreeConfig = field(default_factory=TreeConfig)  # the draft model's token tree: k, depth, nodes, threshold
 
 
 @dataclass

@@ -49,8 +49,9 @@ class SuffixConfig:
     # 1-token match may propose up to γ = 4, as prompt lookup does (higher τ on every task: docs/design.md)
     max_spec_factor: float = 4.0
     min_token_prob: float = 0.1  # stop the proposal at a continuation seen less often than this
-    # method "hybrid": a suffix proposal from a match of at least hybrid_min tokens is drafted (at
-    # most γ); otherwise the draft model drafts at most hybrid_model_gamma (its own best γ on a CPU).
+    # the hybrid (suffix decoding, else the draft model): a suffix proposal from a match of at least
+    # hybrid_min tokens is drafted (at most γ); otherwise the draft model drafts at most
+    # hybrid_model_gamma (its own best γ on a CPU).
     # The match, not the proposal's length, decides: a 1-token match is a common word, where the draft
     # model guesses better
     hybrid_min: int = 2
@@ -164,8 +165,6 @@ class SuffixDrafter:
     """Drafts from ``store`` and this request's own prompt and answer. Call ``close()`` when the
     generation ends: the answer then joins the store for later requests."""
 
-    name = "suffix"
-
     def __init__(self, store: SuffixStore, config: SuffixConfig = SuffixConfig(), vocab_size: int | None = None):
         self.store = store
         self.config = config
@@ -256,8 +255,6 @@ class HybridDrafter:
     """Suffix decoding where it has seen this context go on (free, often long), the draft model
     everywhere else: each step's draft comes from one of them, with its own q, so the rule is
     unchanged. The draft model catches up on the tokens it skipped at its next turn."""
-
-    name = "hybrid"
 
     def __init__(self, suffix: SuffixDrafter, model_drafter, config: SuffixConfig = SuffixConfig()):
         self.suffix = suffix

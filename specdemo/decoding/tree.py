@@ -122,8 +122,6 @@ def pending_tokens(lm: CachedLM, tokens: list[int]) -> list[int]:
 
 
 class TreeDrafter:
-    name = "tree"
-
     def __init__(self, model, target_vocab_size: int, config: TreeConfig):
         self.lm = CachedLM(model)
         self.vocab_size = target_vocab_size
@@ -167,8 +165,6 @@ class SuffixTreeDrafter:
     """Suffix decoding's tree: the continuations the suffix trees have seen after this context,
     several branches at once (``decoding/suffix.py``). Candidates are deterministic (q one-hot),
     which is what the walk below assumes."""
-
-    name = "suffix-tree"
 
     def __init__(self, suffix_drafter):
         self.suffix = suffix_drafter

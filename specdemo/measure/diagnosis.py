@@ -62,8 +62,17 @@ def shortfalls(terms: dict) -> dict[str, float]:
     }
 
 
+def fewer_drafts(t: dict, method: str) -> str:
+    """The advice to draft less, where this run's setting allows it: a chain that drafted more
+    than one token a step has a γ to shorten; a tree's size is its own setting."""
+    if methods.get(method).tree:
+        return "a smaller tree (fewer nodes)"
+    return "a shorter γ" if t["gamma"] > 1.5 else ""
+
+
 def explain_term(term: str, t: dict, method: str) -> str:
     speedup = f"{t['speedup']:.2f}×"
+    shorter = fewer_drafts(t, method)
     if term == "acceptance":
         positions = ", ".join(f"{share:.0%}" for share in t["per_position"][:4])
         m = methods.get(method)
@@ -76,19 +85,21 @@ def explain_term(term: str, t: dict, method: str) -> str:
         return (
             f"{speedup}: held back by acceptance. The target kept {t['alpha']:.0%} of the drafted tokens "
             f"(by position: {positions}), so each target forward emitted only τ = {t['tau']:.2f} tokens. "
-            f"Try {other} a shorter γ, or a draft that knows this target better."
+            f"Try {other} {shorter + ', or ' if shorter else ''}a draft that knows this target better."
         )
     if term == "draft cost":
         return (
             f"{speedup}: held back by the draft's cost. Drafting {t['gamma']:.1f} tokens cost "
             f"{t['gamma'] * t['c']:.2f} target steps (c = {t['c']:.2f} per token) for τ = {t['tau']:.2f} tokens. "
-            "Try a shorter γ or a cheaper drafter (prompt lookup and suffix decoding cost almost nothing)."
+            f"Try {shorter + ' or ' if shorter else ''}a cheaper drafter (prompt lookup and suffix decoding cost "
+            "almost nothing)."
         )
     if term == "verify cost":
         return (
             f"{speedup}: held back by the verify's cost. Checking {t['gamma'] + 1:.0f} tokens in one forward cost "
-            f"{t['verify_ratio']:.2f} target steps (ideal: 1) for τ = {t['tau']:.2f} tokens. Try a shorter γ "
-            "(`python -m specdemo profile` shows where the forward grows with the number of tokens)."
+            f"{t['verify_ratio']:.2f} target steps (ideal: 1) for τ = {t['tau']:.2f} tokens. "
+            + (f"Try {shorter} " if shorter else "On this machine even a short verify costs more than a step ")
+            + "(`python -m specdemo profile` shows where the forward grows with the number of tokens)."
         )
     return (
         f"{speedup}: acceptance ({t['alpha']:.0%}), draft cost (γ·c = {t['gamma'] * t['c']:.2f}) and verify cost "
@@ -98,9 +109,12 @@ def explain_term(term: str, t: dict, method: str) -> str:
     )
 
 
-def question(term: str) -> str:
-    """What the summary's line answers: why a run did not gain, or whether its gain is real."""
-    return "is that speedup real?" if term == "noise" else "why no speedup?"
+def question(term: str, speedup: float) -> str:
+    """What the summary's line answers: whether a gain is real, why a run did not gain, or why it
+    did not gain more."""
+    if term == "noise":
+        return "is that speedup real?"
+    return "why not more?" if speedup >= 1.0 else "why no speedup?"
 
 
 def explain_noise(t: dict) -> str:
@@ -122,8 +136,10 @@ def limited_by(
         return None
     if speedup is not None:
         terms["speedup"] = speedup
+    if terms["tau"] <= 1.0 and terms["speedup"] > 1.0:  # as many target forwards as the baseline
+        return {"term": "noise", "text": explain_noise(terms), "terms": terms}
     if terms["speedup"] >= SLOW:
-        return {"term": "noise", "text": explain_noise(terms), "terms": terms} if terms["tau"] <= 1.0 else None
+        return None
     past = shortfalls(terms)
     term = max(past, key=past.get)
     if past[term] <= 0:

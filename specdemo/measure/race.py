@@ -18,6 +18,9 @@ VLLM_LEGEND = (
 )
 
 
+MIN_TIMED_TOKENS = 8  # fewer tokens a side than this: too short to time
+
+
 @dataclass
 class RaceState:
     method: str
@@ -56,12 +59,17 @@ class RaceState:
         base, spec = self.baseline, self.contender
         base_tps, spec_tps = tokens_per_second(base), tokens_per_second(spec)
         spec_tokens = sum(len(s.emitted) for s in spec)
+        base_tokens = sum(len(s.emitted) for s in base)
         out = {
             "baseline_tokens_per_second": base_tps,
             "speculative_tokens_per_second": spec_tps,
             "speedup": spec_tps / base_tps if base_tps else 0.0,
-            "baseline_tokens": sum(len(s.emitted) for s in base),
+            "baseline_tokens": base_tokens,
             "speculative_tokens": spec_tokens,
+            "done": self.done,
+            # a step's jitter is the whole figure below this: no speedup is claimed
+            "too_short": min(base_tokens, spec_tokens) < MIN_TIMED_TOKENS,
+            "nothing": not base and not spec,  # stopped before either side made a step
         }
         if self.about.runner != "naive":
             out |= {

@@ -23,15 +23,29 @@ from specdemo.decoding.suffix import SuffixStore
 from specdemo.measure.bench import SpecdemoJob, time_interleaved
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "tasks"
-NAMES = {"draft": "draft model", "feature": "feature drafter", "prompt-lookup": "prompt lookup"}
-NAMES |= {"self-int8": "the target in int8 (self-draft)"}
-NAMES |= {"suffix": "suffix decoding", "suffix-tree": "suffix decoding's tree", "hybrid": "suffix + draft model"}
-NAMES |= {"feature-hybrid": "suffix + feature drafter"}
+# rows that race a registered method with another draft model (``bench --tasks``' variants)
+VARIANT_NAMES = {"feature": "feature drafter", "self-int8": "the target in int8 (self-draft)"}
+VARIANT_NAMES |= {"feature-hybrid": "suffix + feature drafter"}
+
+
+def short_name(row_method: str) -> str:
+    method = registry.REGISTRY.get(row_method)
+    return method.short if method else VARIANT_NAMES.get(row_method, row_method)
 
 
 def from_suffix(row_method: str) -> bool:
     """A row's method drafts from suffix decoding's store (rows may also name draft-model variants)."""
     return row_method in registry.REGISTRY and registry.get(row_method).suffix_store
+
+
+def kind(row_method: str) -> str:
+    """ "mixed" (suffix decoding, else a model), "copy" (copies the prompt, no model, no store) or ""."""
+    method = registry.REGISTRY.get(row_method)
+    if method and method.suffix_store and method.draft_model:
+        return "mixed"
+    if method and not (method.draft_model or method.suffix_store or method.tree):
+        return "copy"
+    return ""
 
 
 GROUNDED = ("code-edit", "rewrite", "extract")  # tasks whose answers copy the prompt
@@ -147,13 +161,13 @@ def why_sentence(task: str, result: dict) -> str:
             f"Nothing pays on {task}: the best, {best['method']}, reaches {best['speedup']:.2f}×. Its drafts are "
             f"kept {best['alpha']:.0%} of the time (τ = {best['tau']:.2f}), too few to cover the verify and drafting."
         )
-    lookup = rows.get("prompt-lookup")
+    lookup = next((r for name, r in rows.items() if kind(name) == "copy"), None)
     if from_suffix(best["method"]) and task == REPEATED:
         reason = (
             "these questions were answered before in this process, and suffix decoding proposes the earlier "
             f"answers whole ({best['alpha']:.0%} kept, τ = {best['tau']:.2f} tokens a forward)"
         )
-    elif best["method"] == "hybrid":
+    elif kind(best["method"]) == "mixed":
         reason = (
             "part of the answer repeats the prompt or earlier answers and part is new: suffix decoding drafts "
             f"the repeats for free and the draft model the rest ({best['alpha']:.0%} kept)"
@@ -163,7 +177,7 @@ def why_sentence(task: str, result: dict) -> str:
             "the answer repeats spans of the prompt or of earlier answers; suffix decoding proposes as much of "
             f"a span as its match supports ({best['alpha']:.0%} kept) at no model cost"
         )
-    elif best["method"] == "prompt-lookup":
+    elif kind(best["method"]) == "copy":
         reason = (
             f"the answer copies the prompt, so spans found in it are kept ({best['alpha']:.0%}) and cost nothing "
             "to propose"
@@ -171,7 +185,7 @@ def why_sentence(task: str, result: dict) -> str:
     elif lookup and lookup["alpha"] < 0.2:
         reason = (
             f"the answer is new text, where prompt lookup finds little to copy (α {lookup['alpha']:.0%}); "
-            f"the {NAMES.get(best['method'], best['method'])} guesses it ({best['alpha']:.0%} kept)"
+            f"the {short_name(best['method'])} guesses it ({best['alpha']:.0%} kept)"
         )
     else:
         reason = f"its drafts are kept {best['alpha']:.0%} of the time at c = {best['c'] or 0:.2f} a token"

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from specdemo.decoding import methods
+
 COLOURS = {"baseline": "#7f7f7f", "speculative": "#2a9d8f", "accepted": "#52b788", "theory": "#e76f51"}
 
 
@@ -172,15 +174,6 @@ def gamma_sweep_figure(rows: Sequence[dict]) -> go.Figure:
         )
     fig.add_hline(y=1.0, line_dash="dot", line_color=COLOURS["baseline"])
     return _layout(fig, "Speedup vs γ", "γ (draft tokens per step)", "× over the baseline", height=360)
-
-
-def live_figures(base: Sequence, spec: Sequence, spec_label: str = "speculative") -> tuple[go.Figure, ...]:
-    return (
-        race_figure(base, spec, spec_label),
-        acceptance_figure(spec),
-        accepted_length_figure(spec),
-        speedup_figure(base, spec),
-    )
 
 
 def time_breakdown_figure(spec: Sequence) -> go.Figure:
@@ -378,7 +371,7 @@ def zoo_figure(result: dict, gamma: int | None = None, current: dict | None = No
     ({"method", "alpha", "c", "speedup"}): the last race, highlighted as a star."""
     from specdemo.measure.metrics import theoretical_speedup
 
-    gamma = gamma or result.get("gammas", {}).get("draft") or 4
+    gamma = gamma or result.get("gammas", {}).get(methods.DRAFT.name) or 4
     alphas = [i / 50 for i in range(50)]  # α < 1: τ's formula divides by 1 − α
     top_c = max(0.3, max((r.get("c") or 0 for r in result["rows"]), default=0) * 1.2)
     costs = [top_c * i / 40 for i in range(41)]

@@ -182,7 +182,11 @@ def pane_titles(method: str) -> tuple[str, str]:
 
 
 def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
-    """The numbers under the panes, each with a few words on what it means."""
+    """The numbers under the panes, each with a few words on what it means. A run too short to time
+    claims no speedup; one stopped before any step has nothing to compare."""
+    if summary.get("nothing"):
+        cells = "<th>stopped</th><td class='value'>–</td><td>before either side made a step: nothing to compare</td>"
+        return f"<table class='summary'><tr>{cells}</tr></table>"
     left, right, ratio = summary.get("sides", DEFAULT_SIDES)
     if left == DEFAULT_SIDES[0]:
         left_means, right_means = "the target alone", "same target, with drafts"
@@ -191,7 +195,7 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
     rows = [
         (left, f"{summary['baseline_tokens_per_second']:.1f} tokens/s", left_means),
         (right, f"{summary['speculative_tokens_per_second']:.1f} tokens/s", right_means),
-        ("speedup", f"{summary['speedup']:.2f}×", ratio),
+        ("speedup", speedup_text(summary), ratio),
     ]
     if summary.get("server_acceptance_rate") is not None:
         rows.append((f"{left}: acceptance", f"{summary['server_acceptance_rate']:.0%}", "from its /metrics"))
@@ -220,12 +224,21 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
             ),
         ]
     if why := summary.get("limited_by"):
-        rows.append((question(why["term"]), why["term"], why["text"]))
+        rows.append((question(why["term"], summary["speedup"]), why["term"], why["text"]))
     diff = summary["first_difference"]
     if not lossless:
         verdict = ("✗ differs from the baseline from token " + str(diff)) if diff is not None else "same so far"
         rows.append(("output", verdict, "NOT lossless: the draft's half was never checked"))
-    elif greedy:
+    elif not greedy:
+        rows.append(
+            (
+                "output",
+                "sampled",
+                "both sides draw their own random tokens, so the texts differ; each is a sample from the target's "
+                "distribution (the Losslessness check tab tests that they agree)",
+            )
+        )
+    else:
         rows.append(
             (
                 f"identical to {left} ({summary.get('dtype', 'float32')})",
@@ -238,6 +251,15 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
         for k, v, m in rows
     )
     return f"<table class='summary'>{cells}</table>" + divergence_html(summary.get("divergence"))
+
+
+def speedup_text(summary: dict) -> str:
+    if not summary.get("too_short"):
+        return f"{summary['speedup']:.2f}×"
+    if not summary.get("done"):
+        return "– (measuring…)"
+    tokens = min(summary["baseline_tokens"], summary["speculative_tokens"])
+    return f"– (too short to time: {tokens} token{'s' * (tokens != 1)}; ask for more)"
 
 
 def divergence_html(why: dict | None) -> str:

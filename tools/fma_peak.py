@@ -1,7 +1,7 @@
 """Probe: how many 16-lane fp32 multiply-adds a second one core of this CPU runs, from registers only
 (12 independent chains, so latency does not bound it), and the clock that a dependent chain implies.
 
-    python -m scripts.probes.fma_peak
+    python -m tools.fma_peak
 
 The compact kernel's extra cost per verify row is its multiply-adds (134.5 M per row for SmolLM2):
 this is the ceiling to compare its per-row time against. Needs a C compiler and AVX-512.

@@ -1,7 +1,7 @@
 """Probe: the compact-fp32 kernel as it is now against the kernel of an earlier commit, on a preset's
 matrices (the lean forward's joined q/k/v and gate/up, o, down, the LM head), interleaved.
 
-    python -m scripts.probes.kernel_revisions --against HEAD~1 [--preset smollm2-135m] [--rounds 30] [--forward]
+    python -m tools.kernel_revisions --against HEAD~1 [--preset smollm2-135m] [--rounds 30] [--forward]
 
 Both sources are compiled with the flags the project uses into a temporary folder and loaded side
 by side; each round times every k with each build in turn (reversed every second round), and each

@@ -1,6 +1,6 @@
 """Probe: how much of a task's wall clock is the first step (the prompt's prefill and the first token)?
 
-    python -m scripts.probes.first_step_share --task rewrite --method prompt-lookup --gamma 4
+    python -m tools.first_step_share --task rewrite --method prompt-lookup --gamma 4
 
 The first step is the same work on both sides (the target encodes the prompt), so where answers are
 short and prompts long, it caps the speedup whatever the drafter does. Each prompt of the task runs

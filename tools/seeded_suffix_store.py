@@ -1,7 +1,7 @@
 """Probe: does a suffix store seeded with the target's own answers to *other* questions draft new ones?
 
-    python -m scripts.probes.seeded_suffix_store --write 10     # 10 batches of 32 greedy answers (≈ 8 min here)
-    python -m scripts.probes.seeded_suffix_store --prompts 10 --max-new-tokens 64
+    python -m tools.seeded_suffix_store --write 10     # 10 batches of 32 greedy answers (≈ 8 min here)
+    python -m tools.seeded_suffix_store --prompts 10 --max-new-tokens 64
 
 Answers are written once, greedy, by the target (torch's fp32 products, batched) to topic × task
 instructions of the distillation recipe (none of them a repo prompt), in JSON shards under the user

@@ -1,6 +1,6 @@
 """Probe: a target step and the verify's cost curve under several kernel choices, interleaved.
 
-    python -m scripts.probes.verify_curve [--quantizations compact-fp32,none] [--rounds 5] [--repeats 7] [--draft]
+    python -m tools.verify_curve [--quantizations compact-fp32,none] [--rounds 5] [--repeats 7] [--draft]
 
 A choice named ``compact-fp32-heavy`` is compact-fp32 with transformers' own forward instead of the
 lean one (models/lean_forward.py); ``compact-fp32-repeat-kv`` is the lean forward attending as
