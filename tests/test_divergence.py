@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specdemo.decoding.steps import Step, top_two
+from specdemo.decoding.steps import Step, StepViews, top_two
 from specdemo.measure.divergence import explain, rounding_unit
 
 
@@ -13,7 +13,7 @@ def steps_of(tokens_and_rows, per_step=1):
     steps = []
     for i in range(0, len(tokens_and_rows), per_step):
         chunk = tokens_and_rows[i : i + per_step]
-        steps.append(Step(index=len(steps), emitted=[t for t, _ in chunk], top2=[r for _, r in chunk]))
+        steps.append(Step(index=len(steps), emitted=[t for t, _ in chunk], views=StepViews(top2=[r for _, r in chunk])))
     return steps
 
 

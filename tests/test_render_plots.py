@@ -185,3 +185,18 @@ def test_the_gamma_sweeps_theory_curve_spans_the_gammas_measured():
     assert list(theory.x) == [1, 2, 3] and theory.mode == "lines"
     single = gamma_sweep_figure([baseline, row(2, 1.0)]).data[2]
     assert list(single.x) == [2] and single.mode == "markers"  # one γ: one point, no curve past it
+
+
+def test_a_step_record_keeps_the_trace_format_with_its_views_beside_the_rule():
+    """The inspector's rows live in ``Step.views``, yet a trace stays one flat record per step as
+    before, and a record written before the split reads back into the same Step."""
+    from specdemo.decoding.steps import StepViews
+
+    step = Step(2, drafted=[1, 2], accepted=1, correction=5, emitted=[1, 5], views=StepViews(p_top=[(5, 0.7)]))
+    record = step.to_dict()
+    assert "views" not in record and record["p_top"] == [(5, 0.7)] and record["correction"] == 5
+    old = dict(record, residual_top=[[5, 1.0]], unknown_key="ignored")  # an older trace's flat record
+    back = Step.from_dict(old)
+    assert back.views.p_top == [(5, 0.7)] and back.views.residual_top == [[5, 1.0]]
+    assert back.accepted == 1 and back.emitted == [1, 5]
+    assert Step.from_dict(step.to_dict()) == step  # control: the round trip changes nothing

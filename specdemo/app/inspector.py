@@ -29,7 +29,7 @@ def inspector_view(steps, decode, greedy: bool, index: int):
     step = steps[index]
     if step.tree_parents:
         figure = tree_figure(step, decode)
-    elif step.p_top:
+    elif step.views.p_top:
         figure = distribution_figure(step, decode)
     else:
         figure = None

@@ -93,13 +93,14 @@ def record_views(step: Step, logits, probs, draft: Draft, n: int, residual, gree
     """What only the inspector and the divergence explainer show, read off the rows the rule used:
     the target's two best tokens at each emitted position (greedy), and at a rejection the top
     entries of p, q and the residual."""
+    views = step.views
     if greedy:
-        step.top2 = top_two(logits[: n + 1])
+        views.top2 = top_two(logits[: n + 1])
     if n < len(draft):
-        step.p_top = top_entries(probs[n])
-        step.q_top = top_entries(draft.q_row(n, probs.shape[-1], probs.device))
+        views.p_top = top_entries(probs[n])
+        views.q_top = top_entries(draft.q_row(n, probs.shape[-1], probs.device))
         if residual is not None:
-            step.residual_top = top_entries(residual)
+            views.residual_top = top_entries(residual)
 
 
 def make_drafter(config: DecodeConfig, draft_model, target: CachedLM, store: SuffixStore | None = None):

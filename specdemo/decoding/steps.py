@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
@@ -68,15 +68,9 @@ class Step:
     # Tree drafting: each drafted node's parent (−1 = root) and the accepted path of node indices.
     tree_parents: list[int] = field(default_factory=list)
     tree_path: list[int] = field(default_factory=list)
-    # At a rejection, for the step inspector: top-10 (id, prob) of the residual, p and q.
-    residual_top: list[tuple[int, float]] = field(default_factory=list)
-    # Greedy only, for the divergence explainer: at each emitted position, the target's two best
-    # tokens and their logits in THIS computation (a 1-token step or a batched verify row).
-    top2: list[tuple[int, float, int, float]] = field(default_factory=list)
-    p_top: list[tuple[int, float]] = field(default_factory=list)
-    q_top: list[tuple[int, float]] = field(default_factory=list)
     # Suffix decoding: where the proposal was seen (prompt, answer, an earlier answer) and its ids there.
     draft_source: dict | None = None
+    views: StepViews = field(default_factory=lambda: StepViews())  # what only the inspector shows
 
     @property
     def seconds(self) -> float:
@@ -88,7 +82,32 @@ class Step:
         return [min(1.0, p / q) if q > 0 else 0.0 for p, q in zip(self.p, self.q, strict=False)]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The flat record a trace keeps (the views' fields beside the rule's, as traces always had)."""
+        record = asdict(self)
+        return record | record.pop("views")
+
+    @classmethod
+    def from_dict(cls, record: dict) -> Step:
+        """A trace's record back into a Step (unknown keys ignored: an older or newer trace)."""
+        own = {f.name for f in fields(cls)} - {"views"}
+        views = StepViews(**{k: v for k, v in record.items() if k in VIEW_FIELDS})
+        return cls(**{k: v for k, v in record.items() if k in own}, views=views)
+
+
+@dataclass
+class StepViews:
+    """Read off the rows the rule used, for people only (the rule never reads them)."""
+
+    # At a rejection, for the step inspector: top-10 (id, prob) of the residual, p and q.
+    residual_top: list[tuple[int, float]] = field(default_factory=list)
+    p_top: list[tuple[int, float]] = field(default_factory=list)
+    q_top: list[tuple[int, float]] = field(default_factory=list)
+    # Greedy only, for the divergence explainer: at each emitted position, the target's two best
+    # tokens and their logits in THIS computation (a 1-token step or a batched verify row).
+    top2: list[tuple[int, float, int, float]] = field(default_factory=list)
+
+
+VIEW_FIELDS = {f.name for f in fields(StepViews)}
 
 
 def validate_config(config: DecodeConfig) -> None:

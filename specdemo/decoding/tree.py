@@ -316,7 +316,7 @@ def tree_steps(
         with Stopwatch(target.device) as t_rest:
             verdict = walk_tree(tree, logits, config.sampling, generator)
             if config.sampling.greedy:  # the rows that chose each emitted token: root, then the path
-                step.top2 = top_two(logits[[0] + [n + 1 for n in verdict.path]])
+                step.views.top2 = top_two(logits[[0] + [n + 1 for n in verdict.path]])
             target.rollback_to(len(tokens))  # crop every tree node; the path is re-fed next step
             step.drafted, step.p, step.draws = list(tree.tokens), verdict.p, verdict.draws
             # q of each node under its parent's draft distribution (probs are cumulative)

@@ -6,7 +6,7 @@ one batched forward, and the two matrix-product shapes round differently. Where 
 best tokens are nearly tied, the rounding can pick the other one; from there on the two texts
 follow different (equally valid) greedy paths. This module finds the first differing position
 and reports the target's top-2 tokens and their logit gap in each computation (both recorded
-during the run, ``Step.top2``). It is a near-tie when both gaps are within a few units of the
+during the run, ``Step.views.top2``). It is a near-tie when both gaps are within a few units of the
 dtype's rounding at the logits' size (bf16 at logits ~20: 0.125): arithmetic, not the rule.
 """
 
@@ -23,7 +23,7 @@ ULPS = 4  # a gap within this many units of the dtype's rounding (at the logits'
 
 def position_rows(steps: Sequence) -> list[tuple[int, float, int, float]]:
     """The top-2 record of every emitted token, in output order."""
-    return [row for s in steps for row in s.top2[: len(s.emitted)]]
+    return [row for s in steps for row in s.views.top2[: len(s.emitted)]]
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:

@@ -194,13 +194,13 @@ def distribution_figure(step, decode) -> go.Figure:
     """At a rejection: the target's p, the draft's q and the residual norm(max(0, p − q)) (top 10 each)."""
     fig = go.Figure()
     ids: list[int] = []
-    for top in (step.residual_top, step.p_top, step.q_top):
+    for top in (step.views.residual_top, step.views.p_top, step.views.q_top):
         ids += [int(i) for i, _ in top if int(i) not in ids]
     labels = [repr(decode(i)) for i in ids]
     for name, top, colour in (
-        ("p (target)", step.p_top, "#264653"),
-        ("q (draft)", step.q_top, "#e9c46a"),
-        ("residual norm(max(0, p−q))", step.residual_top, "#e76f51"),
+        ("p (target)", step.views.p_top, "#264653"),
+        ("q (draft)", step.views.q_top, "#e9c46a"),
+        ("residual norm(max(0, p−q))", step.views.residual_top, "#e76f51"),
     ):
         if not top:  # greedy: no residual, the correction is simply the target's argmax
             continue

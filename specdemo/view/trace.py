@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import platform
-from dataclasses import fields
 
 import torch
 
@@ -14,7 +13,6 @@ from specdemo.errors import InputError
 from specdemo.measure.race import RaceState
 
 TRACE_VERSION = 1
-STEP_FIELDS = {f.name for f in fields(Step)}
 
 
 def library_versions() -> dict:
@@ -36,7 +34,7 @@ def used_ids(steps) -> set[int]:
     for s in steps:
         ids.update(s.emitted)
         ids.update(s.drafted)
-        for top in (s.residual_top, s.p_top, s.q_top):
+        for top in (s.views.residual_top, s.views.p_top, s.views.q_top):
             ids.update(int(i) for i, _ in top)
         if s.draft_source:  # suffix decoding: the text a proposal was seen in
             ids.update(s.draft_source["ids"])
@@ -74,10 +72,7 @@ def from_trace(data: dict | str):
             raise InputError("this file is not a specdemo trace (or one of another version)")
         if data["method"] not in methods.REGISTRY:
             raise InputError(f"the trace names an unknown method {data['method']!r}")
-        steps = {
-            side: [Step(**{k: v for k, v in d.items() if k in STEP_FIELDS}) for d in data[side]]
-            for side in ("baseline", "contender")
-        }
+        steps = {side: [Step.from_dict(d) for d in data[side]] for side in ("baseline", "contender")}
         texts = {int(k): v for k, v in data["token_text"].items()}
     except InputError:
         raise
