@@ -139,8 +139,8 @@ def forget(request: gr.Request):
 Components = dict  # name → gradio component: each section returns its own, named (no positional tuples)
 
 
-def race_controls(first, start: Settings) -> Components:
-    """The first screen: prompt, pair and Run on top, then method, γ and length, and the start line."""
+def race_controls(first) -> Components:
+    """The first screen: prompt, pair and Run."""
     ui: Components = {}
     with gr.Row(equal_height=True):
         with gr.Column(scale=3):
@@ -156,6 +156,12 @@ def race_controls(first, start: Settings) -> Components:
         with gr.Column(scale=1, min_width=160):
             ui["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn")
             ui["stop_btn"] = gr.Button("Stop", variant="stop", elem_id="stop-btn", size="sm")
+    return ui
+
+
+def method_controls(first, start: Settings) -> Components:
+    """Method, γ and length, and the line that says why the race starts with them."""
+    ui: Components = {}
     with gr.Row():
         ui["example"] = gr.Dropdown(list(first.examples), label="Example prompts", value=None, scale=3)
         ui["method_label"] = gr.Dropdown(
@@ -232,7 +238,7 @@ def race_tab_ui() -> Components:
     ``RACE_OUTPUTS`` names them."""
     ui: Components = {}
     ui["status"] = gr.Markdown("", elem_id="status")
-    gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified", "target")))
+    gr.HTML(legend_html(("accepted", "rejected", "correction", "bonus", "unverified", "target"), compact=True))
     with gr.Row():
         left_title, right_title = pane_titles(methods.DRAFT.name)  # each race says what its sides are
         with gr.Column():
@@ -343,10 +349,19 @@ MODEL_EVENT = dict(concurrency_id="models", api_visibility="private", validator=
 PRIVATE = dict(api_visibility="private")
 
 
+def fold_settings(**values):
+    """A race that will start folds the settings away; one that will be refused leaves them open,
+    its message beside the setting."""
+    refused = find_problem(Settings(**{name: values[name] for name in SETTING_NAMES}))
+    return KEEP if refused else gr.Accordion(open=False)
+
+
 def wire_race(ui: Components, settings: Components) -> None:
     """Run, "race it", Stop, download and replay; after every race the tries list, the suffix
     memory and the drafter zoo follow."""
     race_outputs = [ui[name] for name in RACE_OUTPUTS]
+    for button in ("run_btn", "try_btn"):
+        ui[button].click(fold_settings, inputs_kwargs=settings, outputs=ui["settings_box"], queue=False, **PRIVATE)
     race_api = dict(api_visibility="public", api_name="race")  # the live race as a stream a client can cancel
     # "always_last": a click just after "✓ done", while the finished race still closes, runs once it
     # has closed instead of being dropped (gradio's default for a click ignores it while one is pending)
@@ -415,8 +430,12 @@ def build_demo() -> gr.Blocks:
         if notice and PRESET == models.default_preset_name():
             gr.Markdown(f"ℹ {notice}", elem_id="notice")
         ui: Components = {"trace": gr.State(None, time_to_live=SESSION_TTL_S)}  # the last run's trace
-        ui |= race_controls(first, start)
-        ui |= option_accordions(first)
+        ui |= race_controls(first)
+        # folded once a race starts, so both panes and the result fit a laptop's screen (reopen: click it)
+        with gr.Accordion("Method, γ, length and options", open=True, elem_id="settings") as box:
+            ui |= method_controls(first, start)
+            ui |= option_accordions(first)
+        ui["settings_box"] = box
         with gr.Tabs():
             for title, tab in TABS.items():
                 with gr.Tab(title):

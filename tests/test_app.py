@@ -48,7 +48,7 @@ def last_race_output(**changes) -> dict:
 
 def test_run_streams_both_panes_and_finishes():
     out = last_race_output()
-    assert out["status"].startswith("✓ done: 24 + 24 tokens")
+    assert out["status"].startswith("✓ done: speedup ") and "× · 24 + 24 tokens" in out["status"]
     assert "tok-target" in out["baseline_pane"] and "tok-accepted" in out["speculative_pane"]
     assert "identical to baseline" in out["summary"] and "✓" in out["summary"]
     figures = [out[name] for name in RACE_OUTPUTS if name.endswith("_plot")]

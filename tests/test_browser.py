@@ -99,7 +99,15 @@ def no_error_badge(page):
     assert page.get_by_text("Error", exact=True).count() == 0
 
 
+def open_settings(page):
+    """A race folds the settings away (so the panes fit the screen): open them before touching one."""
+    header = page.locator("#settings > button.label-wrap")
+    if "open" not in (header.get_attribute("class") or "").split():
+        header.click()
+
+
 def set_number(page, label: str, value):
+    open_settings(page)
     field = page.locator(f"input[aria-label='number input for {label}']")
     field.fill(str(value))
     field.press("Enter")
@@ -259,6 +267,7 @@ def test_suffix_decoding_drafts_a_question_asked_again_from_its_first_answer(pag
     """Picking the method sets its γ; the second race of a prompt shows, on hover, that its
     drafts came from the earlier answer; the memory is shown and forgotten."""
     page.locator("#prompt textarea").fill(SEED_PROMPT)
+    open_settings(page)
     page.get_by_label("Method", exact=True).click()
     page.get_by_role("option", name="suffix decoding (prompt + earlier answers)").click()
     gamma = page.locator("input[aria-label='number input for γ (draft tokens per step)']")
@@ -267,11 +276,14 @@ def test_suffix_decoding_drafts_a_question_asked_again_from_its_first_answer(pag
     run_race(page, 32)
     titles = page.locator("#speculative-pane .tok-accepted").evaluate_all("els => els.map(e => e.title)")
     assert any("proposed from an earlier answer" in t for t in titles), titles[:5]
+    open_settings(page)
     page.get_by_text("Suffix decoding's memory").click()
     page.get_by_text("earlier answer").first.wait_for(timeout=30_000)
     page.get_by_role("button", name="Forget the earlier answers").click()
     page.get_by_text("remembers 0 earlier answers").wait_for(timeout=30_000)
+    open_settings(page)
     page.get_by_text("Suffix decoding's memory").click()
+    open_settings(page)
     page.get_by_label("Method", exact=True).click()
     page.get_by_role("option", name="draft model", exact=True).click()
     no_error_badge(page)
@@ -289,8 +301,10 @@ def test_one_click_races_another_method_on_the_prompt_and_keeps_both(page):
     page.locator("#tries table").wait_for(timeout=30_000)
     table = page.locator("#tries").inner_text()
     assert "draft model" in table and "suffix decoding (prompt + earlier answers)" in table and "★" in table
+    open_settings(page)
     assert table.count("\n") >= 2 and page.get_by_label("Method", exact=True).input_value().startswith("suffix")
     page.screenshot(path=str(ARTIFACTS / "browser-try-another-method.png"), full_page=True)
+    open_settings(page)
     page.get_by_label("Method", exact=True).click()
     page.get_by_role("option", name="draft model", exact=True).click()
     no_error_badge(page)
@@ -308,6 +322,35 @@ def test_an_empty_prompt_is_marked_not_run(page):
     page.locator("#run-btn").click()
     # next to the field at fault (gradio also repeats it in a hidden status line for screen readers)
     page.locator("#prompt").get_by_text("the prompt is empty").wait_for(timeout=60_000)  # a loaded CI machine
+    assert settings_open(page)  # a refused run leaves the settings where they were
+    no_error_badge(page)
+
+
+def settings_open(page) -> bool:
+    return "open" in (page.locator("#settings > button.label-wrap").get_attribute("class") or "").split()
+
+
+def lines_in_view(page, pane: str) -> float:
+    """How many lines of a pane's text show above the bottom of a 768-px-high window."""
+    top, line = page.locator(f"{pane} .tokens").evaluate(
+        "e => [e.getBoundingClientRect().top, parseFloat(getComputedStyle(e).lineHeight)]"
+    )
+    return (768 - top) / line
+
+
+def test_after_a_race_both_panes_and_the_speedup_fill_the_screen(page):
+    """At 1366×768 the settings fold once a race starts: ten lines of each pane and the speedup show
+    without scrolling. The control: with the settings open again, fewer lines fit."""
+    page.locator("#prompt textarea").fill(SEED_PROMPT)
+    run_race(page, 96)
+    assert not settings_open(page)
+    assert re.search(r"speedup (\d+\.\d+×|– )", status(page)), status(page)
+    assert page.locator("#status").bounding_box()["y"] + 20 < 768
+    for pane in ("#baseline-pane", "#speculative-pane"):
+        assert lines_in_view(page, pane) >= 10, pane
+    page.screenshot(path=str(ARTIFACTS / "browser-race-result-in-view.png"))
+    open_settings(page)
+    assert lines_in_view(page, "#speculative-pane") < 10  # the control
     no_error_badge(page)
 
 
@@ -373,20 +416,24 @@ def test_which_method_when_and_the_vllm_method_without_its_servers(page):
     page.screenshot(path=str(ARTIFACTS / "browser-methods-tab.png"), full_page=True)
 
     page.get_by_role("tab", name="Race").click()
+    open_settings(page)
     page.get_by_text("Advanced: models and precision").click()
     dead = f"http://127.0.0.1:{free_port()}"
     field = page.get_by_label("vLLM baseline server (the vLLM method)")
     field.fill(dead)
     field.press("Tab")  # gradio takes a textbox's value when it loses focus
     assert field.input_value() == dead
+    open_settings(page)
     page.get_by_label("Method", exact=True).click()
     page.get_by_role("option", name="vLLM servers: baseline vs speculative").click()
     page.locator("#run-btn").click()
     wait_status(page, "⚠", timeout=120_000)
     assert f"no vLLM server answers at {dead}" in status(page) and "serve-vllm" in status(page)
     no_error_badge(page)
+    open_settings(page)
     page.get_by_label("Method", exact=True).click()
     page.get_by_role("option", name="draft model", exact=True).click()
+    open_settings(page)
     page.get_by_text("Advanced: models and precision").click()
 
 

@@ -33,7 +33,7 @@ from specdemo.view.plots import (
     speedup_figure,
     time_breakdown_figure,
 )
-from specdemo.view.render import pane_titles, summary_html, token_spans, tokens_html
+from specdemo.view.render import pane_titles, speedup_text, summary_html, token_spans, tokens_html
 
 PANES_EVERY_S = 0.125  # panes, summary and status: 8 updates a second while the race runs
 
@@ -190,7 +190,9 @@ def token_counts(state: RaceState) -> str:
 
 def done_status(state: RaceState, wall_s: float, note: str = "") -> str:
     """✓ with the race's wall time and its compute time (both sides' own clocks, added up)."""
-    text = f"✓ done: {token_counts(state)}, compute {state.compute_s:.1f} s, wall {wall_s:.1f} s"
+    summary = state.summary()
+    speedup = "nothing to compare" if summary["nothing"] else f"speedup {speedup_text(summary)}"
+    text = f"✓ done: {speedup} · {token_counts(state)}, compute {state.compute_s:.1f} s, wall {wall_s:.1f} s"
     return text + (f" · ℹ {note}" if note else "")
 
 

@@ -1,9 +1,8 @@
 """The words the app shows a newcomer, in one place (app.py lays them out)."""
 
 TITLE = """# Speculative decoding, side by side
-A small **draft** proposes γ tokens; the **target** checks them all in **one** forward pass, so the output is the
-target's own. Whether that is faster depends on the task and the draft: the race measures it on this machine, and
-says why when it is not. Press **Run** and watch both write; hover a token for its p, q and test."""
+A small **draft** proposes γ tokens, the **target** checks them all in **one** forward pass: the output is the
+target's own, often sooner. Press **Run** and watch both write."""
 
 HOW_IT_WORKS = """Each draft token x is kept with probability min(1, p(x)/q(x)), where p and q are the target's and
 the draft's probabilities; at the first refusal the target draws a replacement from norm(max(0, p − q)), and if every

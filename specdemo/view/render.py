@@ -156,15 +156,19 @@ def tokens_html(spans: Iterable[dict], greedy: bool = True, prompt: str = "") ->
     return '<div class="tokens" style="white-space:pre-wrap;line-height:1.9">' + "".join(parts) + "</div>"
 
 
-def legend_html(kinds: Sequence[str] = ("accepted", "rejected", "correction", "bonus")) -> str:
+def legend_html(kinds: Sequence[str] = ("accepted", "rejected", "correction", "bonus"), compact: bool = False) -> str:
+    """The colours and what each means; ``compact``: one line of chips, each meaning on hover."""
     items = []
     for kind in kinds:
         label, meaning, colour, _ = KINDS[kind]
         deco = "text-decoration:line-through;" if kind == "rejected" else ""
-        items.append(
-            f'<span class="tok tok-{label}" style="background:{colour};{deco}padding:0 4px">{label}</span> {meaning}'
-        )
-    return '<div class="legend">' + " &nbsp; ".join(items) + "</div>"
+        chip = f'<span class="tok tok-{label}" style="background:{colour};{deco}padding:0 4px"'
+        if compact:
+            items.append(f'{chip} title="{html.escape(meaning, quote=True)}">{label}</span>')
+        else:
+            items.append(f"{chip}>{label}</span> {meaning}")
+    tail = " &nbsp; hover a token for its p, q and test" if compact else ""
+    return '<div class="legend">' + " &nbsp; ".join(items) + tail + "</div>"
 
 
 def tokens_ansi(spans: Iterable[dict]) -> str:
