@@ -32,7 +32,7 @@ from specdemo.app.settings import (
     SETTING_NAMES,
     Settings,
     find_problem,
-    method_labels,
+    method_choices,
     preset_fields,
     start_note,
 )
@@ -155,7 +155,7 @@ def race_controls(first) -> Components:
             ui["preset"] = gr.Dropdown(CHOICES, value=PRESET, label="Model pair", elem_id="preset")
         with gr.Column(scale=1, min_width=160):
             ui["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn")
-            ui["stop_btn"] = gr.Button("Stop", variant="stop", elem_id="stop-btn", size="sm")
+            ui["stop_btn"] = gr.Button("Stop", variant="secondary", elem_id="stop-btn", size="sm")
     return ui
 
 
@@ -165,7 +165,7 @@ def method_controls(first, start: Settings) -> Components:
     with gr.Row():
         ui["example"] = gr.Dropdown(list(first.examples), label="Example prompts", value=None, scale=3)
         ui["method_label"] = gr.Dropdown(
-            method_labels(), value=start.method_label, label="Method", scale=2, elem_id="method"
+            method_choices(), value=start.method_label, label="Method", scale=2, elem_id="method"
         )
         ui["gamma"] = gr.Slider(1, MAX_GAMMA, value=start.gamma, step=1, label="γ (draft tokens per step)", scale=2)
         ui["max_new_tokens"] = gr.Slider(
@@ -349,19 +349,10 @@ MODEL_EVENT = dict(concurrency_id="models", api_visibility="private", validator=
 PRIVATE = dict(api_visibility="private")
 
 
-def fold_settings(**values):
-    """A race that will start folds the settings away; one that will be refused leaves them open,
-    its message beside the setting."""
-    refused = find_problem(Settings(**{name: values[name] for name in SETTING_NAMES}))
-    return KEEP if refused else gr.Accordion(open=False)
-
-
 def wire_race(ui: Components, settings: Components) -> None:
     """Run, "race it", Stop, download and replay; after every race the tries list, the suffix
     memory and the drafter zoo follow."""
     race_outputs = [ui[name] for name in RACE_OUTPUTS]
-    for button in ("run_btn", "try_btn"):
-        ui[button].click(fold_settings, inputs_kwargs=settings, outputs=ui["settings_box"], queue=False, **PRIVATE)
     race_api = dict(api_visibility="public", api_name="race")  # the live race as a stream a client can cancel
     # "always_last": a click just after "✓ done", while the finished race still closes, runs once it
     # has closed instead of being dropped (gradio's default for a click ignores it while one is pending)
@@ -419,6 +410,8 @@ def wire_tabs(demo: gr.Blocks, ui: Components, settings: Components) -> None:
     methods_out = [ui["methods_plot"], ui["methods_table"], ui["zoo_plot"]]
     ui["preset"].change(tabs.methods_view, ui["preset"], methods_out, **PRIVATE)
     demo.load(tabs.methods_view, ui["preset"], methods_out, **PRIVATE)
+    # what can run is read again for each visitor (a vLLM server may have started since)
+    demo.load(lambda: gr.Dropdown(choices=method_choices()), None, ui["method_label"], **PRIVATE)
 
 
 def build_demo() -> gr.Blocks:

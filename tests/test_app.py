@@ -541,3 +541,18 @@ def test_special_tokens_show_as_a_readable_marker():
     assert decode(tokenizer.eos_token_id) == " ⟨end⟩"
     word = tokenizer.encode("once", add_special_tokens=False)[0]
     assert decode(word) == tokenizer.decode([word])  # control: an ordinary token is its text
+
+
+def test_the_method_dropdown_says_what_a_method_that_cannot_run_here_needs(monkeypatch):
+    from specdemo.app.settings import method_choices
+    from specdemo.models import vllm
+
+    monkeypatch.setattr(suffix, "available", lambda: False)  # arctic-inference not installed
+    monkeypatch.setattr(vllm, "answers", lambda url: False)  # no vLLM server running
+    shown = dict((value, text) for text, value in method_choices())
+    assert shown[methods.get("suffix").label].endswith("— needs arctic-inference (see the README)")
+    assert "needs its vLLM servers running" in shown[methods.get("vllm").label]
+    assert shown[methods.DRAFT.label] == methods.DRAFT.label  # runs anywhere: its plain label
+    monkeypatch.setattr(suffix, "available", lambda: True)  # the control: installed, nothing added
+    monkeypatch.setattr(vllm, "answers", lambda url: True)
+    assert all(text == value for text, value in method_choices())

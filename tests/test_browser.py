@@ -88,8 +88,9 @@ def app_server():
         yield url, log_path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def page(app_server, browser):
+    """A fresh tab for each test: what one test leaves on its page (or a failure) cannot reach the next."""
     url, _ = app_server
     with open_page(browser, url) as page:
         yield page
@@ -291,6 +292,9 @@ def test_suffix_decoding_drafts_a_question_asked_again_from_its_first_answer(pag
 
 def test_one_click_races_another_method_on_the_prompt_and_keeps_both(page):
     page.locator("#prompt textarea").fill("Why is the sky blue?")  # a prompt no earlier test raced: a new list
+    open_settings(page)
+    page.get_by_label("Method", exact=True).click()
+    page.get_by_role("option", name="draft model", exact=True).click()  # then suffix decoding is suggested
     run_race(page, 24)
     suggestion = page.locator("#try-method input")
     page.wait_for_function("(el) => el.value.startsWith('suffix decoding')", arg=suggestion.element_handle())

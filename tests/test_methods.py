@@ -44,7 +44,7 @@ def toy():
 def places() -> dict[str, bool]:
     """Where a method named repeat-last shows: the CLI, the app's dropdown, the bench, the tasks table."""
     from specdemo import cli
-    from specdemo.app.settings import method_labels
+    from specdemo.app.settings import method_choices
     from specdemo.cli.bench import task_method_names
     from specdemo.measure.bench import all_engines
 
@@ -53,7 +53,7 @@ def places() -> dict[str, bool]:
         cli.build_parser().parse_args(["generate", "--help"])
     return {
         "--help": "repeat-last" in shown.getvalue(),
-        "dropdown": TOY.label in method_labels(),
+        "dropdown": TOY.label in [value for _, value in method_choices()],
         "bench": TOY.engine in all_engines(),
         "tasks": TOY.name in task_method_names(),
         "suggested": TOY.name in [m.name for m in methods.suggestions()],

@@ -200,3 +200,11 @@ def test_a_step_record_keeps_the_trace_format_with_its_views_beside_the_rule():
     assert back.views.p_top == [(5, 0.7)] and back.views.residual_top == [[5, 1.0]]
     assert back.accepted == 1 and back.emitted == [1, 5]
     assert Step.from_dict(step.to_dict()) == step  # control: the round trip changes nothing
+
+
+def test_a_long_prompt_is_echoed_by_its_end_only():
+    spans = token_spans([Step(0, emitted=[1])], decode)
+    long = "x" * 4000 + " the end of the question"
+    shown = tokens_html(spans, prompt=long)
+    assert "…" in shown and "the end of the question" in shown and "x" * 300 not in shown
+    assert "…" not in tokens_html(spans, prompt="a short question")  # control: a short one is whole

@@ -20,6 +20,7 @@ from specdemo.app.settings import (
     friendly,
     loading_text,
     prepare,
+    update,
 )
 from specdemo.decoding import methods
 from specdemo.decoding.suffix import shared_store, vocabulary_of
@@ -41,7 +42,7 @@ PANES_EVERY_S = 0.125  # panes, summary and status: 8 updates a second while the
 PLOTS_EVERY_S = 1.0  # the race, speedup and acceptance figures: once a second (the rest at the end)
 
 
-# The race's outputs, in this order: panes, summary, figures, status line, last run's trace.
+# The race's outputs, in this order: panes, summary, figures, the settings box, status line, last run's trace.
 RACE_OUTPUTS = (
     "baseline_title",
     "speculative_title",
@@ -53,12 +54,18 @@ RACE_OUTPUTS = (
     "acceptance_plot",
     "histogram_plot",
     "breakdown_plot",
+    "settings_box",
     "status",
     "trace",
 )
 
 
-def render(state: RaceState, decode, prompt: str, figures: str, status: str, trace=KEEP) -> tuple:
+def outputs(**changed) -> tuple:
+    """The RACE_OUTPUTS with ``changed`` set by name; the rest stays as it is on screen."""
+    return tuple(changed.get(name, KEEP) for name in RACE_OUTPUTS)
+
+
+def render(state: RaceState, decode, prompt: str, figures: str, status: str, trace=KEEP, settings_box=KEEP) -> tuple:
     """A race state → the RACE_OUTPUTS. ``figures``: "all", "live" (race, speedup and acceptance:
     the ones that change the most) or "none" (the figures stay as they are on screen)."""
     # sampling: the two sides draw their own random tokens, so a different token is no error
@@ -82,21 +89,24 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
         if figures == "all"
         else (KEEP,) * 2
     )
-    return (
-        *pane_titles(state.method),
-        tokens_html(token_spans(state.baseline, decode, mark=mark), state.greedy, prompt),
-        tokens_html(token_spans(state.contender, decode, reference, mark), state.greedy, prompt),
-        summary_html(state.summary(), state.greedy, state.lossless),
-        *live,
-        *rest,
-        status,
-        trace,
+    titles = pane_titles(state.method)
+    return outputs(
+        baseline_title=titles[0],
+        speculative_title=titles[1],
+        baseline_pane=tokens_html(token_spans(state.baseline, decode, mark=mark), state.greedy, prompt),
+        speculative_pane=tokens_html(token_spans(state.contender, decode, reference, mark), state.greedy, prompt),
+        summary=summary_html(state.summary(), state.greedy, state.lossless),
+        **dict(zip(("race_plot", "speedup_plot", "acceptance_plot"), live)),
+        **dict(zip(("histogram_plot", "breakdown_plot"), rest)),
+        settings_box=settings_box,
+        status=status,
+        trace=trace,
     )
 
 
 def status_only(text: str) -> tuple:
     """The RACE_OUTPUTS that change the status line only (the rest stays as it is on screen)."""
-    return tuple(text if name == "status" else KEEP for name in RACE_OUTPUTS)
+    return outputs(status=text)
 
 
 def failure(message: str) -> tuple:
@@ -120,6 +130,8 @@ def stream(s: Settings, session: str | None = None) -> Iterator[tuple]:
             yield item
     if prep is None:
         return
+    # with the race's first picture the settings fold away, so both panes and the result fit a laptop's screen
+    fold = update(open=False)
     decode = decoder(prep.pair.tokenizer)
     settings = asdict(s)
     device = str(prep.pair.target.device)
@@ -135,9 +147,10 @@ def stream(s: Settings, session: str | None = None) -> Iterator[tuple]:
                 last_figures = time.perf_counter()
                 # the trace too, so a stopped run can still be inspected and exported
                 trace = traces.to_trace(state, settings, decode, device)
-                yield render(state, decode, prep.prompt, "live", status, trace)
+                yield render(state, decode, prep.prompt, "live", status, trace, fold)
             else:
-                yield render(state, decode, prep.prompt, "none", status)
+                yield render(state, decode, prep.prompt, "none", status, settings_box=fold)
+            fold = KEEP
         if live.error is not None:
             yield failure(friendly(live.error))
             return
@@ -149,7 +162,7 @@ def stream(s: Settings, session: str | None = None) -> Iterator[tuple]:
         else:
             note = " · ".join(n for n in (prep.note, VLLM_LEGEND if state.about.runner.startswith("vllm") else "") if n)
             end = done_status(state, live.wall_s, note)
-        yield render(state, decode, prep.prompt, "all", end, trace)
+        yield render(state, decode, prep.prompt, "all", end, trace, fold)
     finally:
         live.close()
         clear_stop(session)

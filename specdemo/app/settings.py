@@ -44,9 +44,25 @@ def update(**props) -> dict:
 MAX_NEW_TOKENS = int(env.number("SPECDEMO_MAX_NEW_TOKENS"))
 
 
-def method_labels() -> list[str]:
-    """The Method dropdown's choices, in the registry's order."""
-    return [m.label for m in methods.REGISTRY.values()]
+def unavailable(method: methods.Method, urls: dict[str, str] | None = None) -> str | None:
+    """What this server lacks to run ``method`` now, in a few words (None: it can run)."""
+    if method.missing():
+        return "needs arctic-inference (see the README)"
+    if method.runner in ("vllm", "vllm-vs-specdemo"):
+        urls = urls or vllm.configured_urls()
+        roles = ("baseline", "speculative") if method.runner == "vllm" else ("speculative",)
+        if not all(vllm.answers(urls[role]) for role in roles):
+            return "needs its vLLM servers running (python -m specdemo serve-vllm)"
+    return None
+
+
+def method_choices() -> list[tuple[str, str]]:
+    """The Method dropdown's (shown, value) pairs: a method this server cannot run now says what it needs."""
+    choices = []
+    for method in methods.REGISTRY.values():
+        need = unavailable(method)
+        choices.append((f"{method.label} — {need}" if need else method.label, method.label))
+    return choices
 
 
 DTYPE_CHOICES = ("auto", "float32", "float16", "bfloat16")

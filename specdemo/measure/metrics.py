@@ -66,3 +66,21 @@ def predicted_speedup(tau: float, gamma: float, t_draft: float, t_target: float,
 
 def best_gamma(alpha: float, c: float, max_gamma: int = 32) -> int:
     return max(range(1, max_gamma + 1), key=lambda g: theoretical_speedup(alpha, g, c))
+
+
+def steady_speedup(baseline: Sequence, speculative: Sequence, trim: float = 0.1) -> float | None:
+    """The speedup read off each side's typical step: tokens per second over its steps after the
+    first (the prompt's prefill, the same work on both sides), the slowest ``trim`` of each side's
+    steps left out: a step that something else on the machine slowed (a browser redrawing, the
+    collector) moves a sum of clocks a lot and this little. None for a run too short to read."""
+    base, spec = list(baseline[1:]), list(speculative[1:])
+    if len(base) < 5 or len(spec) < 5:
+        return None
+
+    def rate(steps: list) -> float:
+        kept = sorted(steps, key=lambda s: s.seconds)[: max(1, round(len(steps) * (1 - trim)))]
+        seconds = sum(s.seconds for s in kept)
+        return emitted_tokens(kept) / seconds if seconds > 0 else 0.0
+
+    base_rate = rate(base)
+    return rate(spec) / base_rate if base_rate else None

@@ -133,8 +133,13 @@ def hover_text(span: dict, greedy: bool) -> str:
     return text
 
 
+PROMPT_SHOWN = 200  # characters of the prompt echoed before an answer (its end: where the answer follows on)
+
+
 def tokens_html(spans: Iterable[dict], greedy: bool = True, prompt: str = "") -> str:
-    """Inline coloured tokens after the (grey) prompt. All text is HTML-escaped."""
+    """Inline coloured tokens after the (grey) prompt, a long one cut to its end. All text is HTML-escaped."""
+    if len(prompt) > PROMPT_SHOWN:
+        prompt = "…" + prompt[-PROMPT_SHOWN:]
     parts = [f'<span class="prompt" style="color:#888">{html.escape(prompt)}</span>'] if prompt else []
     for span in spans:
         label, _, colour, _ = KINDS[span["kind"]]

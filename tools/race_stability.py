@@ -1,0 +1,141 @@
+"""How steady is the race's speedup? The same race N times in chromium (the page rendering on the same
+cores) and N times without a browser, in one process, each race's per-step records kept.
+
+    python -m tools.race_stability --runs 5 --tokens 96 [--gamma 1] [--out docs/results/race_stability.json]
+
+Prints, for each way and each estimator, the speedups of the N runs, their spread (max / min) and
+their mean against the no-browser mean: "sum" is what the race summed its step clocks to, "steady"
+what ``measure.metrics.steady_speedup`` reads off the same steps. Needs chromium (Debian's) and the
+default preset's models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import replace
+
+SEED_PROMPT = "What is the purpose of life?"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+
+
+def estimators(trace: dict) -> dict:
+    from specdemo.decoding.steps import Step
+    from specdemo.measure.metrics import steady_speedup, tokens_per_second
+
+    base = [Step.from_dict(d) for d in trace["baseline"]]
+    spec = [Step.from_dict(d) for d in trace["contender"]]
+    return {"sum": tokens_per_second(spec) / tokens_per_second(base), "steady": steady_speedup(base, spec)}
+
+
+def browser_runs(url: str, settings, runs: int, recorded: list) -> list[dict]:
+    from playwright.sync_api import sync_playwright
+
+    out = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1366, "height": 768})
+        page.goto(url)
+        page.wait_for_selector("#run-btn", timeout=120_000)
+        page.locator("#prompt textarea").fill(settings.prompt)
+        page.get_by_label("Method", exact=True).click()
+        page.get_by_role("option", name=settings.method_label, exact=True).click()
+        for label, value in (
+            ("γ (draft tokens per step)", settings.gamma),
+            ("Max new tokens", settings.max_new_tokens),
+        ):
+            field = page.locator(f"input[aria-label='number input for {label}']")
+            field.fill(str(value))
+            field.press("Enter")
+        time.sleep(1.0)  # the method's own γ is set on change: ours is typed after it
+        for _ in range(runs):
+            before = len(recorded)
+            if page.locator("#settings > button.label-wrap.open").count() == 0:
+                page.locator("#settings > button.label-wrap").click()
+            page.locator("#run-btn").click()
+            page.wait_for_function(
+                "() => /✓|⚠/.test(document.querySelector('#status').innerText) && "
+                "!/●/.test(document.querySelector('#status').innerText)",
+                timeout=600_000,
+            )
+            while len(recorded) == before:
+                time.sleep(0.1)
+            out.append(estimators(recorded[-1]))
+        browser.close()
+    return out
+
+
+def quiet_runs(settings, runs: int) -> list[dict]:
+    from specdemo.app import race_tab
+    from specdemo.app.race_tab import RACE_OUTPUTS
+
+    out = []
+    for _ in range(runs):
+        final = dict(zip(RACE_OUTPUTS, list(race_tab.stream(settings))[-1]))
+        out.append(estimators(final["trace"]))
+    return out
+
+
+def describe(rows: list[dict], reference: dict) -> dict:
+    summary = {}
+    for name in ("sum", "steady"):
+        values = [r[name] for r in rows if r[name]]
+        mean = statistics.mean(values)
+        summary[name] = {
+            "runs": [round(v, 3) for v in values],
+            "spread": round(max(values) / min(values), 3),
+            "mean": round(mean, 3),
+            "vs_no_browser": round(mean / reference[name], 3) if reference else 1.0,
+        }
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--gamma", type=int, default=1)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+
+    import app
+    from specdemo.app import race_tab
+    from specdemo.app.settings import Settings
+    from specdemo.decoding import methods
+
+    settings = replace(
+        Settings.from_preset(app.PRESET),
+        prompt=SEED_PROMPT,
+        method_label=methods.DRAFT.label,
+        gamma=args.gamma,
+        max_new_tokens=args.tokens,
+    )
+    recorded: list[dict] = []
+    original = race_tab.stream
+
+    def recording(*a, **k):  # the browser's races: keep each one's trace (its last output)
+        last = None
+        for last in original(*a, **k):
+            yield last
+        trace = dict(zip(race_tab.RACE_OUTPUTS, last))["trace"] if last else None
+        if isinstance(trace, dict):
+            recorded.append(trace)
+
+    race_tab.stream = recording
+    _, url, _ = app.launch(prevent_thread_lock=True, quiet=True)
+    quiet_runs(settings, 1)  # warm-up: loads the pair
+    rows = {"no browser": quiet_runs(settings, args.runs), "browser": browser_runs(url, settings, args.runs, recorded)}
+    app.demo.close()
+    reference = describe(rows["no browser"], {})
+    result = {way: describe(r, {k: v["mean"] for k, v in reference.items()}) for way, r in rows.items()}
+    result["setting"] = {"preset": app.PRESET, "method": methods.DRAFT.name, "gamma": args.gamma, "tokens": args.tokens}
+    print(json.dumps(result, indent=1))
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
