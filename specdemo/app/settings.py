@@ -12,14 +12,13 @@ from specdemo.app import model_thread
 from specdemo.decoding import methods
 from specdemo.decoding.engine import DecodeConfig
 from specdemo.decoding.sampling import SamplingConfig
-from specdemo.decoding.steps import validate_config
-from specdemo.decoding.tree import TreeConfig, validate_tree
+from specdemo.decoding.tree import TreeConfig
 from specdemo.errors import InputError, SpecDemoError
 from specdemo.models import (
     DEFAULT_CACHE,
     PRESETS,
     LoadOptions,
-    check_prompt,
+    check_request,
     configure_cpu_threads,
     draft_options_for,
     encode_prompt,
@@ -164,12 +163,7 @@ def find_problem(s: Settings) -> tuple[str, str] | None:
     """The first setting a run would refuse, found without loading a model: (setting, message).
     The app's validator shows it next to that input before anything is queued."""
     try:
-        check_prompt(s.prompt)
-        config = s.config()
-        validate_config(config)
-        method = methods.get(config.method)
-        if method.tree and method.draft_model:  # the draft model's tree has its own shape settings
-            validate_tree(config.tree)
+        check_request(s.prompt, s.config())
         whole(s.draft_vocab or 0, "draft_vocab")
     except InputError as error:
         log.info("refused: %s", error)  # the server log: one line per refused input

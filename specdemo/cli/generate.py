@@ -13,13 +13,13 @@ from specdemo.cli.common import (
     load_from_args,
 )
 from specdemo.decoding import methods
-from specdemo.decoding.engine import sample_many, validate_config
+from specdemo.decoding.engine import sample_many
 from specdemo.decoding.tree import TreeConfig
 from specdemo.errors import InputError
 from specdemo.measure.compare import compare, comparison_record
 from specdemo.measure.divergence import dtype_name
 from specdemo.models import (
-    check_prompt,
+    check_request,
 )
 from specdemo.view.render import token_spans, tokens_ansi
 
@@ -52,8 +52,7 @@ def add_parsers(sub) -> None:
 
 def cmd_generate(args) -> None:
     config = decode_config(args)
-    validate_config(config)
-    check_prompt(args.prompt)
+    check_request(args.prompt, config)
     pair = load_from_args(args)
     prompt_ids = encode(pair, args, args.prompt)
     base_run, spec_run = compare(pair, prompt_ids, config)
@@ -84,8 +83,7 @@ def cmd_generate(args) -> None:
 
 def cmd_sample(args) -> None:
     config = decode_config(args)
-    validate_config(config)
-    check_prompt(args.prompt)
+    check_request(args.prompt, config)
     if args.samples < 1:
         raise InputError("--samples must be ≥ 1")
     pair = load_from_args(args)

@@ -17,6 +17,7 @@ from specdemo.models.loading import (  # noqa: F401
     QUANTIZATIONS,
     LoadOptions,
     check_prompt,
+    check_request,
     check_same_vocabulary,
     configure_cpu_threads,
     describe_load_failure,

@@ -10,6 +10,9 @@ from pathlib import Path
 import torch
 
 from specdemo import env
+from specdemo.decoding import methods
+from specdemo.decoding.steps import validate_config
+from specdemo.decoding.tree import validate_tree
 from specdemo.errors import InputError, ModelLoadError
 from specdemo.models import smollm2
 
@@ -208,6 +211,16 @@ def check_prompt(prompt) -> None:
     """An empty prompt is refused before anything loads (and again here at encoding)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise InputError("the prompt is empty: type some text to continue", field="prompt")
+
+
+def check_request(prompt, config) -> None:
+    """Every check of a request that needs no model, in one place: the app's validator (through its
+    settings), /compare and the CLI call it; the engine repeats its own part when it is called."""
+    check_prompt(prompt)
+    validate_config(config)
+    method = methods.get(config.method)
+    if method.tree and method.draft_model:  # the draft model's tree has its own shape settings
+        validate_tree(config.tree)
 
 
 def encode_prompt(tokenizer, prompt: str, chat_template: bool = True) -> list[int]:
