@@ -208,3 +208,17 @@ def test_a_long_prompt_is_echoed_by_its_end_only():
     shown = tokens_html(spans, prompt=long)
     assert "…" in shown and "the end of the question" in shown and "x" * 300 not in shown
     assert "…" not in tokens_html(spans, prompt="a short question")  # control: a short one is whole
+
+
+def test_a_race_on_a_busy_machine_says_its_speedup_moves():
+    """The target's steps running unevenly (a browser on the same cores) gets the busy line; the
+    control, even steps, does not (tools/race_stability.py measured both cases)."""
+
+    def race(times):
+        base = [Step(i, emitted=[1], verify_s=t) for i, t in enumerate(times)]
+        spec = [Step(i, drafted=[1], accepted=1, emitted=[1, 1], verify_s=0.03) for i in range(20)]
+        state = RaceState("draft", True, baseline=base, contender=spec, done=True)
+        return summary_html(state.summary(), greedy=True, lossless=True)
+
+    assert "busy machine" in race([0.02] * 30 + [0.06] * 10)
+    assert "busy machine" not in race([0.02] * 40)

@@ -23,11 +23,15 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 def estimators(trace: dict) -> dict:
     from specdemo.decoding.steps import Step
-    from specdemo.measure.metrics import steady_speedup, tokens_per_second
+    from specdemo.measure.metrics import steady_speedup, step_jitter, tokens_per_second
 
     base = [Step.from_dict(d) for d in trace["baseline"]]
     spec = [Step.from_dict(d) for d in trace["contender"]]
-    return {"sum": tokens_per_second(spec) / tokens_per_second(base), "steady": steady_speedup(base, spec)}
+    return {
+        "sum": tokens_per_second(spec) / tokens_per_second(base),
+        "steady": steady_speedup(base, spec),
+        "jitter": step_jitter(base),
+    }
 
 
 def browser_runs(url: str, settings, runs: int, recorded: list) -> list[dict]:
@@ -80,14 +84,14 @@ def quiet_runs(settings, runs: int) -> list[dict]:
 
 def describe(rows: list[dict], reference: dict) -> dict:
     summary = {}
-    for name in ("sum", "steady"):
+    for name in ("sum", "steady", "jitter"):
         values = [r[name] for r in rows if r[name]]
         mean = statistics.mean(values)
         summary[name] = {
             "runs": [round(v, 3) for v in values],
             "spread": round(max(values) / min(values), 3),
             "mean": round(mean, 3),
-            "vs_no_browser": round(mean / reference[name], 3) if reference else 1.0,
+            "vs_no_browser": round(mean / reference[name], 3) if reference and name in reference else 1.0,
         }
     return summary
 

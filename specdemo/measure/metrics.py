@@ -84,3 +84,12 @@ def steady_speedup(baseline: Sequence, speculative: Sequence, trim: float = 0.1)
 
     base_rate = rate(base)
     return rate(spec) / base_rate if base_rate else None
+
+
+def step_jitter(steps: Sequence) -> float | None:
+    """How unevenly a side's steps after the first ran: the 90th percentile of their times over the
+    median (about 1 on a quiet machine; a browser or another job on the same cores raises it)."""
+    times = sorted(s.seconds for s in steps[1:])
+    if len(times) < 5 or times[len(times) // 2] <= 0:
+        return None
+    return times[int(0.9 * (len(times) - 1))] / times[len(times) // 2]

@@ -8,7 +8,13 @@ from specdemo.decoding import methods
 from specdemo.decoding.engine import Step
 from specdemo.measure.diagnosis import limited_by
 from specdemo.measure.divergence import explain, first_difference
-from specdemo.measure.metrics import acceptance_per_position, acceptance_rate, mean_accepted_tokens, tokens_per_second
+from specdemo.measure.metrics import (
+    acceptance_per_position,
+    acceptance_rate,
+    mean_accepted_tokens,
+    step_jitter,
+    tokens_per_second,
+)
 
 # Said under a vLLM race: what its colours can and cannot know.
 VLLM_LEGEND = (
@@ -19,6 +25,9 @@ VLLM_LEGEND = (
 
 
 MIN_TIMED_TOKENS = 8  # fewer tokens a side than this: too short to time
+# The target's steps varied more than this (90th percentile over median): something else ran on the
+# cores. tools/race_stability.py: 1.07–1.22 with no browser, 2.2–2.6 with chromium on the same 2 cores.
+BUSY_JITTER = 1.6
 
 
 @dataclass
@@ -70,6 +79,7 @@ class RaceState:
             # a step's jitter is the whole figure below this: no speedup is claimed
             "too_short": min(base_tokens, spec_tokens) < MIN_TIMED_TOKENS,
             "nothing": not base and not spec,  # stopped before either side made a step
+            "busy": (step_jitter(base) or 0.0) > BUSY_JITTER,  # the speedup then moves run to run
         }
         if self.about.runner != "naive":
             out |= {

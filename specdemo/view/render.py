@@ -232,6 +232,16 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
                 f"{summary['target_forwards']} target forwards instead of {summary['speculative_tokens']}",
             ),
         ]
+    if summary.get("busy") and summary.get("done"):
+        rows.append(
+            (
+                "busy machine",
+                "±20%",
+                "the target's steps ran unevenly (something else used these cores: a browser on the same machine "
+                "counts), so this speedup moves from run to run; the Benchmark tab, or a run with this page "
+                "closed, gives a steadier figure",
+            )
+        )
     if why := summary.get("limited_by"):
         rows.append((question(why["term"], summary["speedup"]), why["term"], why["text"]))
     diff = summary["first_difference"]
