@@ -29,17 +29,16 @@ def run_race(
     """Yield the state after every step of either side, until both finish (or ``cancel``); the
     right side runs ``config.method``.
     ``vllm_urls``: the vLLM method's servers (default: ``vllm.configured_urls()``)."""
-    method = config.method
-    runner = methods.get(method).runner
-    if runner in ("vllm", "vllm-vs-specdemo"):
+    method = methods.get(config.method)
+    if method.on_vllm:
         yield from vllm_race(pair, prompt_ids, config, cancel, vllm_urls or vllm.configured_urls())
         return
-    if runner == "naive":
+    if method.runner == "naive":
         contender = naive_handoff_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
     else:
         contender = decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
     baseline = baseline_steps(pair.target, prompt_ids, config, pair.eos, cancel)
-    state = RaceState(method, config.sampling.greedy, dtype=dtype_name(pair.target))
+    state = RaceState(config.method, config.sampling.greedy, dtype=dtype_name(pair.target))
     for side, step in interleave(baseline, contender):
         (state.baseline if side == "baseline" else state.contender).append(step)
         yield state

@@ -160,7 +160,7 @@ def stream(s: Settings, session: str | None = None) -> Iterator[tuple]:
         if live.cancelled:
             end = f"■ stopped: {token_counts(state)}"
         else:
-            note = " · ".join(n for n in (prep.note, VLLM_LEGEND if state.about.runner.startswith("vllm") else "") if n)
+            note = " · ".join(n for n in (prep.note, VLLM_LEGEND if state.about.on_vllm else "") if n)
             end = done_status(state, live.wall_s, note)
         yield render(state, decode, prep.prompt, "all", end, trace, fold)
     finally:

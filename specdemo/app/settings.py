@@ -47,7 +47,7 @@ def unavailable(method: methods.Method, urls: dict[str, str] | None = None) -> s
     """What this server lacks to run ``method`` now, in a few words (None: it can run)."""
     if method.missing():
         return "needs arctic-inference (see the README)"
-    if method.runner in ("vllm", "vllm-vs-specdemo"):
+    if method.on_vllm:
         urls = urls or vllm.configured_urls()
         roles = ("baseline", "speculative") if method.runner == "vllm" else ("speculative",)
         if not all(vllm.answers(urls[role]) for role in roles):

@@ -40,7 +40,7 @@ def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_t
         s.method_label = methods.DRAFT.label
         prep = prepare(s)
         # without transformers' rows: the draft model's own engines (its chain and its tree)
-        own = (m.engine for m in methods.REGISTRY.values() if m.bench and m.draft_model and not m.suffix_store)
+        own = (m.engine for m in methods.REGISTRY.values() if m.bench and m.draft_model and not m.mixed)
         engines = default_engines() if with_transformers else ("specdemo-baseline", "specdemo-speculative", *own)
         result = model_thread.call(
             run_bench,
@@ -206,7 +206,7 @@ def remeasured_methods() -> list:
     return [
         m
         for m in methods.REGISTRY.values()
-        if m.runner == "specdemo" and not m.tree and not (m.draft_model and m.suffix_store) and not m.missing()
+        if m.runner == "specdemo" and not m.tree and not m.mixed and not m.missing()
     ]
 
 

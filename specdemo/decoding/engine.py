@@ -178,7 +178,7 @@ def decode_steps(
     if method.runner != "specdemo":
         raise InputError(f"{method.label} is not run by this engine", field="method")
     if method.tree:
-        if method.draft_model:
+        if method.model_tree:
             refuse_feature_head(draft_model, method.label)
         return tree_steps(target_model, draft_model, prompt_ids, config, config.tree, eos, cancel, store)
     return speculative_steps(target_model, draft_model, prompt_ids, config, eos, cancel, store)

@@ -52,6 +52,21 @@ class Method:
         return suffix.INSTALL_HINT if self.suffix_store and not suffix.available() else None
 
     @property
+    def mixed(self) -> bool:
+        """Drafts from suffix decoding where it can, else from the draft model (the hybrid)."""
+        return self.draft_model and self.suffix_store
+
+    @property
+    def model_tree(self) -> bool:
+        """The draft model's token tree, with its own shape settings (k, depth, nodes)."""
+        return self.tree and self.draft_model
+
+    @property
+    def on_vllm(self) -> bool:
+        """A side of its race streams from a vLLM server."""
+        return self.runner in ("vllm", "vllm-vs-specdemo")
+
+    @property
     def engine(self) -> str:
         """Its benchmark engine's name."""
         return f"specdemo-{self.name}"

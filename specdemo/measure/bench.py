@@ -75,7 +75,7 @@ def all_engines() -> tuple[str, ...]:
 def default_engines() -> tuple[str, ...]:
     """The engines a plain ``bench`` runs: vLLM's need servers, and methods that mix drafters (the
     hybrid) or lack a library here are asked for by name."""
-    mixed = {m.engine for m in methods.REGISTRY.values() if m.draft_model and m.suffix_store}
+    mixed = {m.engine for m in methods.REGISTRY.values() if m.mixed}
     missing = {m.engine for m in methods.REGISTRY.values() if m.missing()}
     return tuple(e for e in all_engines() if e not in (*VLLM_ENGINES, *mixed, *missing))
 
@@ -294,7 +294,7 @@ def run_bench(
     target, draft, eos = pair.target, pair.draft, pair.eos
     skipped = []
     if isinstance(draft, FeatureHead):  # it reads specdemo's verify: chains in specdemo only
-        trees = {m.engine for m in methods.REGISTRY.values() if m.tree and m.draft_model}
+        trees = {m.engine for m in methods.REGISTRY.values() if m.model_tree}
         skipped = [e for e in engines if e in (*trees, "transformers-assisted")]
         engines = tuple(e for e in engines if e not in skipped)
     # transformers' assisted generation gets the draft as a plain model (full vocabulary).

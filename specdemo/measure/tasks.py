@@ -41,7 +41,7 @@ def from_suffix(row_method: str) -> bool:
 def kind(row_method: str) -> str:
     """ "mixed" (suffix decoding, else a model), "copy" (copies the prompt, no model, no store) or ""."""
     method = registry.REGISTRY.get(row_method)
-    if method and method.suffix_store and method.draft_model:
+    if method and method.mixed:
         return "mixed"
     if method and not (method.draft_model or method.suffix_store or method.tree):
         return "copy"

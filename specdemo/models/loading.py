@@ -219,7 +219,7 @@ def check_request(prompt, config) -> None:
     check_prompt(prompt)
     validate_config(config)
     method = methods.get(config.method)
-    if method.tree and method.draft_model:  # the draft model's tree has its own shape settings
+    if method.model_tree:
         validate_tree(config.tree)
 
 
