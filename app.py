@@ -22,7 +22,7 @@ from pathlib import Path
 import gradio as gr
 
 from specdemo import env, errors, models
-from specdemo.app import api, durations, inspector, race_tab, sessions, tabs, texts, tries
+from specdemo.app import api, durations, inspector, race_tab, sessions, tabs, texts, tries, warmup
 from specdemo.app.race_tab import RACE_OUTPUTS
 from specdemo.app.settings import (
     DTYPE_CHOICES,
@@ -156,6 +156,7 @@ def race_controls(first) -> Components:
         with gr.Column(scale=1, min_width=160):
             ui["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn")
             ui["stop_btn"] = gr.Button("Stop", variant="secondary", elem_id="stop-btn", size="sm")
+            ui["ready"] = gr.Markdown("", elem_id="ready")  # the start pair's loading at launch
     return ui
 
 
@@ -412,6 +413,14 @@ def wire_tabs(demo: gr.Blocks, ui: Components, settings: Components) -> None:
     demo.load(tabs.methods_view, ui["preset"], methods_out, **PRIVATE)
     # what can run is read again for each visitor (a vLLM server may have started since)
     demo.load(lambda: gr.Dropdown(choices=method_choices()), None, ui["method_label"], **PRIVATE)
+    # the start pair's loading (launch() starts it): followed each second until it is over
+    timer = gr.Timer(1.0)
+    timer.tick(ready_line, None, [ui["ready"], timer], show_progress="hidden", **PRIVATE)
+
+
+def ready_line():
+    line, over = warmup.status()
+    return line, gr.Timer(active=not over)
 
 
 def build_demo() -> gr.Blocks:
@@ -451,6 +460,8 @@ def launch(**kwargs):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("server_port", int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    if not ZERO_GPU:  # (a ZeroGPU Space loaded its pairs at import)
+        warmup.start(PRESET)
     return demo.launch(css_paths=[ASSETS / "app.css"], **kwargs)
 
 

@@ -455,7 +455,6 @@ def test_a_refused_input_is_one_line_in_the_server_log(caplog):
     assert lines == ["refused: the prompt is empty: type some text to continue"]
 
 
-@pytest.mark.skipif(not suffix.available(), reason="arctic-inference is not installed (see .ci/run)")
 def test_suffix_decodings_memory_is_shown_and_forgotten():
     store = suffix.shared_store()
     store.reset()
@@ -471,7 +470,6 @@ def test_picking_a_method_picks_its_gamma():
     assert tabs.gamma_for_method("draft model", preset) == PRESETS[preset].gamma
 
 
-@pytest.mark.skipif(not suffix.available(), reason="arctic-inference is not installed (see .ci/run)")
 def test_trying_another_method_keeps_every_race_on_the_prompt():
     from specdemo.app import tries
 
@@ -547,12 +545,46 @@ def test_the_method_dropdown_says_what_a_method_that_cannot_run_here_needs(monke
     from specdemo.app.settings import method_choices
     from specdemo.models import vllm
 
-    monkeypatch.setattr(suffix, "available", lambda: False)  # arctic-inference not installed
     monkeypatch.setattr(vllm, "answers", lambda url: False)  # no vLLM server running
     shown = dict((value, text) for text, value in method_choices())
-    assert shown[methods.get("suffix").label].endswith("— needs arctic-inference (see the README)")
     assert "needs its vLLM servers running" in shown[methods.get("vllm").label]
     assert shown[methods.DRAFT.label] == methods.DRAFT.label  # runs anywhere: its plain label
-    monkeypatch.setattr(suffix, "available", lambda: True)  # the control: installed, nothing added
     monkeypatch.setattr(vllm, "answers", lambda url: True)
     assert all(text == value for text, value in method_choices())
+
+
+def test_the_start_pair_loads_in_the_background_and_a_click_meanwhile_waits_for_it(monkeypatch):
+    """launch() loads the start pair on the model thread: the status line follows it, a race
+    started meanwhile queues behind it and finds the pair loaded (nothing is loaded twice)."""
+    import threading
+
+    from specdemo.app import warmup
+    from specdemo.models import DEFAULT_CACHE
+
+    monkeypatch.setattr(warmup, "_loading", {})
+    assert warmup.status() == ("", True)  # nothing started: no line
+    busy = threading.Event()
+    model_thread.submit(busy.wait, 30)  # the model thread is busy: the loading waits its turn
+    loading = warmup.start("bundled-tinystories")
+    line, over = warmup.status()
+    assert not over and line.startswith("⏳ ") and "Run now starts as soon as it is ready" in line
+    busy.set()
+    loading.result(timeout=120)
+    assert warmup.status() == ("✓ ready", True)
+    loads = DEFAULT_CACHE.loads
+    last_race_output(max_new_tokens=4)  # the click: the pair is there
+    assert DEFAULT_CACHE.loads == loads
+    assert app_settings.loading_text(Settings.from_preset("bundled-tinystories")) == "starting"
+
+
+def test_a_start_pair_that_does_not_load_says_so_in_one_line(monkeypatch):
+    from specdemo.app import warmup
+    from specdemo.errors import ModelLoadError
+
+    def fail(s):
+        raise ModelLoadError("no such model here")
+
+    monkeypatch.setattr(warmup, "pair_for", fail)
+    monkeypatch.setattr(warmup, "_loading", {})
+    warmup.start("bundled-tinystories").exception(timeout=30)
+    assert warmup.status() == ("⚠ the start pair did not load: no such model here", True)

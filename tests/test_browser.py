@@ -214,28 +214,43 @@ def test_headings_and_text_have_every_letter_in_the_web_font(page, weight):
     assert missing == [], missing
 
 
+READY_TEXT = "document.querySelector('#ready').innerText"
+
+
 @pytest.mark.skipif(not REAL_MODEL, reason="the wheel's SmolLM2 GGUF is not installed")
-def test_a_first_run_says_it_converts_the_gguf_and_how_far_it_is(browser, tmp_path):
-    """A fresh cache folder: the first Run converts SmolLM2's GGUF (≈ 30 s), said and counted on
-    the status line while it happens (a bar and a percentage that follow the GGUF's tensors), with the
-    progress bars in the server's log. (The test stops
-    there: the seed-prompt test below is the first race of its own fresh cache in CI, conversion
-    included, and waits for it to finish.)"""
+def test_a_fresh_cache_converts_the_gguf_at_launch_and_says_how_far_it_is(browser, tmp_path):
+    """A fresh cache folder: the app converts SmolLM2's GGUF (≈ 30 s) as it launches, before any click,
+    and the line under Run counts it (a bar and a percentage that follow the GGUF's tensors), with the
+    progress bars in the server's log; a Run pressed meanwhile waits for it and says so. (The test stops
+    there: the next test waits for the default server's own loading to finish.)"""
     log_path = ARTIFACTS / "browser-first-run-server.log"
     with serve(log_path, SPECDEMO_CACHE_DIR=str(tmp_path)) as url, open_page(browser, url) as page:
+        # a bar and a percentage past the tokenizer's 25%: the GGUF's tensors being counted
+        converting = r"/⏳ converting SmolLM2's GGUF once \(≈ 30 s\) [▰▱]{10} (2[6-9]|[3-9]\d)%/"
+        page.wait_for_function(f"() => {converting}.test({READY_TEXT})", timeout=120_000)
         set_number(page, "Max new tokens", 8)
         page.locator("#run-btn").click()
-        # a bar and a percentage between the tokenizer's 25% and the 90% of the GGUF read: its tensors being counted
-        converting = r"/converting SmolLM2's GGUF once \(≈ 30 s\) [▰▱]{10} (2[6-9]|[3-8]\d)%.*\d+ s$/"
-        page.wait_for_function(f"() => {converting}.test({STATUS_TEXT})", timeout=60_000)
+        wait_status(page, "converting SmolLM2's GGUF once", timeout=60_000)  # the click queues behind it
         page.screenshot(path=str(ARTIFACTS / "browser-first-run.png"))
-        for _ in range(120):  # the server logs the conversion as it starts it
-            if "SmolLM2: converting the GGUF once" in log_path.read_text():
-                break
-            time.sleep(0.5)
         assert "SmolLM2: converting the GGUF once" in log_path.read_text()
         assert GGUF_BAR in log_path.read_text()  # the tensors' own progress bar, in the server's log too
         no_error_badge(page)
+
+
+def test_the_start_pair_is_ready_before_the_first_click(page):
+    """Once the line under Run says ready, the first race loads nothing: its status never says loading."""
+    page.wait_for_function(f"() => {READY_TEXT}.includes('✓ ready')", timeout=300_000)
+    set_number(page, "Max new tokens", 8)
+    page.locator("#run-btn").click()
+    seen = set()
+    for _ in range(600):
+        seen.add(status(page))
+        if "✓ done" in status(page):
+            break
+        time.sleep(0.1)
+    assert "✓ done" in status(page)
+    assert not [line for line in seen if "loading" in line or "converting" in line], seen
+    no_error_badge(page)
 
 
 def test_the_seed_prompt_races_in_the_race_colours(page):

@@ -8,7 +8,7 @@ import sys
 
 from specdemo.app import tabs
 from specdemo.app.settings import Settings, preset_fields, start_note
-from specdemo.decoding import methods, suffix
+from specdemo.decoding import methods
 from specdemo.measure.defaults import choose_defaults, store_defaults
 from specdemo.models import PRESETS, StartSettings, start_settings
 
@@ -34,21 +34,6 @@ def test_the_fastest_candidate_is_stored_and_read_back_as_the_start(llama_pair, 
     assert "fastest of 3 choices" in start.note and "a test machine" in start.note
     # the control: nothing stored → the draft model at the preset's own γ, and no claim
     assert start_settings(STORY, tmp_path / "nothing") == StartSettings(gamma=STORY.gamma)
-
-
-def test_a_stored_method_that_cannot_run_here_gives_way_to_the_next(tmp_path, monkeypatch):
-    ranked = [
-        {"method": "hybrid", "gamma": 4, "speedup": 1.3, "alpha": 0.4, "tau": 1.6, "c": 0.1},
-        {"method": "draft", "gamma": 2, "speedup": 1.1, "alpha": 0.3, "tau": 1.4, "c": 0.1},
-    ]
-    stored = {"measured": "m", "method": "hybrid", "gamma": 4, "max_new_tokens": 96, "ranked": ranked, "prompts": 5}
-    (tmp_path / f"{STORY.name}.json").write_text(json.dumps(stored))
-    monkeypatch.setattr(suffix, "available", lambda: True)
-    assert start_settings(STORY, tmp_path).method == "hybrid"
-    monkeypatch.setattr(suffix, "available", lambda: False)  # arctic-inference not installed
-    start = start_settings(STORY, tmp_path)
-    assert (start.method, start.gamma, start.max_new_tokens) == ("draft", 2, 96)
-    assert "hybrid, faster there, needs arctic-inference" in start.note
 
 
 def test_the_app_starts_each_preset_with_its_measured_start():

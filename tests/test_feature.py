@@ -207,7 +207,6 @@ def test_a_deepened_head_starts_as_the_head_it_grew_from(target):
         assert deep.blocks[1].q.weight.abs().sum() > 0  # the new layer is a real layer, only its outputs start at 0
 
 
-@pytest.mark.skipif(not suffix.available(), reason="arctic-inference is not installed (see .ci/run)")
 def test_the_hybrid_mixes_suffix_proposals_and_the_feature_head_and_stays_exact(target):
     """Where suffix decoding has seen the context go on it drafts, the head everywhere else; the
     head catches up on the target features of the steps it sat out (its drafts equal a fresh one's)."""

@@ -11,13 +11,10 @@ from specdemo.decoding.suffix import (
     SuffixConfig,
     SuffixDrafter,
     SuffixStore,
-    available,
     find_span,
     shared_store,
     vocabulary_of,
 )
-
-pytestmark = pytest.mark.skipif(not available(), reason="arctic-inference is not installed (see .ci/run)")
 
 PROMPT = [1, 5, 7, 9, 11, 13, 5, 7, 9]
 

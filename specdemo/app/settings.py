@@ -45,8 +45,6 @@ MAX_NEW_TOKENS = int(env.number("SPECDEMO_MAX_NEW_TOKENS"))
 
 def unavailable(method: methods.Method, urls: dict[str, str] | None = None) -> str | None:
     """What this server lacks to run ``method`` now, in a few words (None: it can run)."""
-    if method.missing():
-        return "needs arctic-inference (see the README)"
     if method.on_vllm:
         urls = urls or vllm.configured_urls()
         roles = ("baseline", "speculative") if method.runner == "vllm" else ("speculative",)
@@ -244,19 +242,24 @@ def prepare(s: Settings) -> Prepared:
         raise InputError(
             "this method needs a draft model: type one under Advanced, or use prompt lookup or suffix decoding"
         )
-    options = load_options(s)
-    draft_vocab = whole(s.draft_vocab or 0, "draft_vocab")
-    draft_id = draft_id if needs_draft(s) else None
-    # all model work runs on the one model thread (model_thread.py says why)
-    pair = model_thread.call(
-        load_pair, target_id, draft_id, options, draft_options_for(options), draft_vocab=draft_vocab
-    )
-    model_thread.call(configure_cpu_threads, pair)
+    pair = pair_for(s)
     prompt, note = s.prompt, ""
     if lowercases(target_id) and prompt != prompt.lower():
         prompt, note = prompt.lower(), "this pair knows lower-case stories only, so the prompt was lower-cased"
     ids = encode_prompt(pair.tokenizer, prompt, chat_template=bool(s.chat_template))
     return Prepared(pair, ids, s.config(), prompt, note)
+
+
+def pair_for(s: Settings):
+    """The settings' pair, loaded once (the cache keeps it) on the one model thread (model_thread.py says why)."""
+    options = load_options(s)
+    draft_vocab = whole(s.draft_vocab or 0, "draft_vocab")
+    draft_id = s.draft_id.strip() if needs_draft(s) and s.draft_id else None
+    pair = model_thread.call(
+        load_pair, (s.target_id or "").strip(), draft_id, options, draft_options_for(options), draft_vocab=draft_vocab
+    )
+    model_thread.call(configure_cpu_threads, pair)
+    return pair
 
 
 def decoder(tokenizer):

@@ -131,8 +131,6 @@ def lossless_stream(s: Settings, samples: int = 100, k: int = 2, temperature: fl
 
 def suffix_memory() -> str:
     """What suffix decoding remembers in this process (shared by every session of the app)."""
-    if not suffix.available():
-        return f"Suffix decoding is not installed here. {suffix.INSTALL_HINT}."
     stats = [store.stats() for store in suffix.shared_stores()]
     count, tokens = sum(s["answers"] for s in stats), sum(s["tokens"] for s in stats)
     answers = f"{count} earlier answer" + ("" if count == 1 else "s")
@@ -203,11 +201,7 @@ def runs_here(name: str | None) -> bool:
 def remeasured_methods() -> list:
     """What "Re-measure" times: the chains that draft from one source (the draft model, the prompt,
     earlier answers) and run here; a few minutes in all."""
-    return [
-        m
-        for m in methods.REGISTRY.values()
-        if m.runner == "specdemo" and not m.tree and not m.mixed and not m.missing()
-    ]
+    return [m for m in methods.REGISTRY.values() if m.runner == "specdemo" and not m.tree and not m.mixed]
 
 
 def methods_remeasure(s: Settings, max_new_tokens: int = 48, progress=None) -> tuple:

@@ -58,7 +58,7 @@ def keep_try(tries: list[dict] | None, trace: dict | None) -> list[dict]:
 def suggest(tries: list[dict]) -> str | None:
     """The next method to try: the first suggestion not raced on this prompt yet that runs here."""
     done = {t["method"] for t in tries}
-    return next((m.name for m in methods.suggestions() if m.name not in done and not m.missing()), None)
+    return next((m.name for m in methods.suggestions() if m.name not in done), None)
 
 
 def tries_html(tries: list[dict]) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specdemo.decoding import suffix
 from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA, ModelDrafter, PromptLookupDrafter
 from specdemo.decoding.feature import FeatureDrafter, FeatureHead
 from specdemo.decoding.suffix import DEFAULT_GAMMA as SUFFIX_GAMMA
@@ -46,10 +45,6 @@ class Method:
     bench: bool = False  # a row of ``python -m specdemo bench`` (engine "specdemo-<name>")
     sides: tuple[str, str, str] = DEFAULT_SIDES
     panes: tuple[str, str] = DEFAULT_PANES  # the headings over the race's two panes
-
-    def missing(self) -> str | None:
-        """What this process lacks to run it (one line), or None."""
-        return suffix.INSTALL_HINT if self.suffix_store and not suffix.available() else None
 
     @property
     def mixed(self) -> bool:

@@ -1,11 +1,12 @@
 """Suffix decoding (Oliaro et al., NeurIPS 2025): propose what followed the current context
 before, in this prompt and answer or in earlier answers of the same process.
 
-Two suffix trees do the matching (Snowflake's ``arctic-inference``, the library vLLM's ``suffix``
-method uses): one over this request's prompt and its answer so far, one over the answers of earlier
-requests. Each proposes the continuation seen most often after the longest match of the context's
-tail, as long as the match allows (at most ``max_spec_factor`` × match length tokens, capped by γ)
-and only through tokens seen at least ``min_token_prob`` of the time; the better-scored tree wins.
+Two suffix trees do the matching (``suffix_index.py``: the trees of Snowflake's ``arctic-inference``,
+which vLLM's ``suffix`` method uses, in pure Python): one over this request's prompt and its answer
+so far, one over the answers of earlier requests. Each proposes the continuation seen most often
+after the longest match of the context's tail, as long as the match allows (at most
+``max_spec_factor`` × match length tokens, capped by γ) and only through tokens seen at least
+``min_token_prob`` of the time; the better-scored tree wins.
 A repeated workload (a workshop asking the same questions, templated answers) gets faster the
 more it is used: a second, identical greedy answer is proposed whole.
 
@@ -25,17 +26,9 @@ import numpy as np
 
 from specdemo.decoding.drafters import Draft
 from specdemo.decoding.sampling import SamplingConfig
+from specdemo.decoding.suffix_index import SuffixDecodingCache
 from specdemo.errors import InputError
 
-try:
-    from arctic_inference.suffix_decoding import SuffixDecodingCache
-except ImportError:  # an optional extra (README, Set-up); .ci/run installs it
-    SuffixDecodingCache = None
-
-INSTALL_HINT = (
-    "suffix decoding needs arctic-inference: pip install -r requirements-suffix.txt && "
-    "pip install --no-build-isolation --no-deps arctic-inference==0.3.0"
-)
 CONTEXT_WINDOW = 24  # the tree depth: the longest context tail matched (vLLM's default)
 SOURCE_CONTEXT = 6  # tokens of context shown before a proposal in its source
 DEFAULT_GAMMA = 4  # the longest proposal where no γ is chosen (its length follows the match below that;
@@ -58,13 +51,7 @@ class SuffixConfig:
     hybrid_model_gamma: int = 1
 
 
-def available() -> bool:
-    return SuffixDecodingCache is not None
-
-
 def validate_suffix(cfg: SuffixConfig) -> None:
-    if SuffixDecodingCache is None:
-        raise InputError(INSTALL_HINT, field="method")
     if not cfg.max_spec_factor > 0:
         raise InputError(f"the suffix proposal factor must be > 0, got {cfg.max_spec_factor}", field="method")
     if not 0 <= cfg.min_token_prob < 1:
@@ -74,14 +61,13 @@ def validate_suffix(cfg: SuffixConfig) -> None:
 
 
 class SuffixStore:
-    """Earlier answers of this process: one suffix tree over them (arctic-inference's cache), and
+    """Earlier answers of this process: one suffix tree over them (``SuffixDecodingCache``), and
     the answers' ids side by side in one array, to show where a proposal came from. Thread-safe:
     the app's sessions share one store."""
 
-    def __init__(self, max_answers: int = MAX_ANSWERS):
-        if SuffixDecodingCache is None:
-            raise ImportError(INSTALL_HINT)
+    def __init__(self, max_answers: int = MAX_ANSWERS, index=SuffixDecodingCache):
         self.max_answers = max_answers
+        self.index = index  # the trees' class: this package's, or arctic-inference's (same API, same proposals)
         self.lock = threading.Lock()
         self.ids = itertools.count()
         self.reset()
@@ -89,7 +75,7 @@ class SuffixStore:
     def reset(self) -> None:
         """Forget every earlier answer (a request running now finishes on the old tree)."""
         with self.lock:
-            self.cache = SuffixDecodingCache(max_tree_depth=CONTEXT_WINDOW, max_cached_requests=self.max_answers)
+            self.cache = self.index(max_tree_depth=CONTEXT_WINDOW, max_cached_requests=self.max_answers)
             self.answers: deque[list[int]] = deque(maxlen=self.max_answers)
             self.joined = np.empty(0, dtype=np.int64)
 

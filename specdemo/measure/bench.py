@@ -48,7 +48,6 @@ from specdemo.decoding.feature import FeatureHead
 from specdemo.decoding.kv import synchronize
 from specdemo.decoding.suffix import SuffixStore
 from specdemo.decoding.tree import TreeConfig
-from specdemo.errors import InputError
 from specdemo.measure.metrics import acceptance_per_position, acceptance_rate, mean_accepted_tokens, predicted_speedup
 from specdemo.models import vllm
 
@@ -74,10 +73,9 @@ def all_engines() -> tuple[str, ...]:
 
 def default_engines() -> tuple[str, ...]:
     """The engines a plain ``bench`` runs: vLLM's need servers, and methods that mix drafters (the
-    hybrid) or lack a library here are asked for by name."""
+    hybrid) are asked for by name."""
     mixed = {m.engine for m in methods.REGISTRY.values() if m.mixed}
-    missing = {m.engine for m in methods.REGISTRY.values() if m.missing()}
-    return tuple(e for e in all_engines() if e not in (*VLLM_ENGINES, *mixed, *missing))
+    return tuple(e for e in all_engines() if e not in (*VLLM_ENGINES, *mixed))
 
 
 @dataclass
@@ -287,9 +285,6 @@ def run_bench(
     ``vllm_urls``: engine → server URL (default: ``vllm.configured_urls()``)."""
     engines = default_engines() if engines is None else engines
     urls = {f"vllm-{role}": url for role, url in vllm.configured_urls().items()} | (vllm_urls or {})
-    for name in map(engine_methods().get, engines):
-        if name and (missing := methods.get(name).missing()):
-            raise InputError(missing)
     base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
     target, draft, eos = pair.target, pair.draft, pair.eos
     skipped = []

@@ -61,20 +61,16 @@ class StartSettings:
 
 
 def start_settings(preset: Preset, folder: Path = DEFAULTS_DIR) -> StartSettings:
-    """The preset's measured start, else its draft model at its γ. A stored method that cannot run
-    here (suffix decoding without arctic-inference) gives way to the fastest candidate that can."""
+    """The preset's measured start, else its draft model at its γ."""
     path = folder / f"{preset.name}.json"
     if not path.exists():
         return StartSettings(gamma=preset.gamma)
     stored = json.loads(path.read_text(encoding="utf-8"))
-    runnable = [r for r in stored["ranked"] if not methods.get(r["method"]).missing()]
-    best = runnable[0]
+    best = stored["ranked"][0]
     note = (
         f"the fastest of {len(stored['ranked'])} choices on its {stored['prompts']} example prompts "
         f"({best['speedup']:.2f}× its baseline on {stored['measured']}; `bench --defaults` re-measures)"
     )
-    if best is not stored["ranked"][0]:
-        note += f"; {stored['ranked'][0]['method']}, faster there, needs arctic-inference"
     return StartSettings(best["method"], best["gamma"], stored["max_new_tokens"], note)
 
 
