@@ -167,3 +167,64 @@ def test_compact_fp32_leaves_weights_that_are_not_fp32_alone(tiny_folders):
     model, _ = load_model(str(tiny_folders["target"]), LoadOptions(dtype="bfloat16", quantization="compact-fp32"))
     assert model.specdemo_kernels == "torch" and not compacts(model)
     assert quantization_config(LoadOptions(quantization="compact-fp32"), resolve_device("cpu")) is None
+
+
+@pytest.fixture
+def fresh_build(tmp_path, monkeypatch, caplog):
+    """The kernels built again, into an empty cache folder, with this test's compiler and CPU."""
+    monkeypatch.setenv("SPECDEMO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(compact_linear, "_kernels", {})
+    caplog.set_level("WARNING", logger=compact_linear.__name__)
+    return lambda: [r.getMessage() for r in caplog.records if r.name == compact_linear.__name__]
+
+
+def fake_compiler(tmp_path, script: str) -> str:
+    path = tmp_path / "cc"
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_compiler_without_openmp_leaves_torchs_products_and_says_why_in_one_line(tmp_path, monkeypatch, fresh_build):
+    """macOS's clang rejects -fopenmp: one log line, the model keeps torch's products, nothing breaks."""
+    rejects = 'for a in "$@"; do [ "$a" = -fopenmp ] && echo "clang: error: unsupported option \'-fopenmp\'" >&2 '
+    rejects += '&& exit 1; done; exec cc "$@"\n'
+    monkeypatch.setenv("CC", fake_compiler(tmp_path, rejects))
+    model, path = gguf_llama(tmp_path)
+    assert use_compact_weights(model, path) == 0 and model.specdemo_kernels == "torch"
+    assert fresh_build() == [
+        "the compact-weight kernels could not be built (clang: error: unsupported option '-fopenmp'): "
+        "torch's products stay"
+    ]
+    out = model.generate(torch.tensor([[1, 2, 3]]), do_sample=False, max_new_tokens=8, pad_token_id=0)
+    run = run_all(baseline_steps(model, [1, 2, 3], DecodeConfig(max_new_tokens=8), eos=eos_ids(model)))
+    assert run.token_ids == out[0, 3:].tolist()
+
+
+def test_no_compiler_at_all_leaves_torchs_products(tmp_path, monkeypatch, fresh_build):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert compact_linear.kernels() is None
+    assert len(fresh_build()) == 1 and "No such file" in fresh_build()[0]
+
+
+def test_a_cpu_without_avx_builds_the_portable_kernel_and_stays_exact(tmp_path, monkeypatch, fresh_build):
+    """An arm64 laptop (torch reports no x86 capability): no -m flags, the C file's plain loop. Its sums
+    differ from the vector builds' in the last bits (as two BLAS libraries' do), but a k-row product's
+    rows are still the 1-row products bit for bit, so greedy speculative decoding stays identical."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    assert not [f for f in compact_linear.compiler_flags() if f.startswith("-m")]
+    assert compact_linear.kernels() is not None and fresh_build() == []
+    assert compact_linear.kernels().vectorized() == 0  # the control: this build is the plain loop
+    target, path = gguf_llama(tmp_path, layers=3)
+    use_compact_weights(target, path)
+    layer = compacts(target)[0]
+    x = torch.randn(3, target.config.hidden_size)
+    rows = torch.cat([layer(x[i : i + 1]) for i in range(3)])
+    assert torch.equal(layer(x), rows)
+    assert torch.allclose(layer(x), F.linear(x, layer.weight), atol=1e-4)
+    draft = perturbed(llama(3, 0), 0.3, 5).half().float()
+    use_compact_weights(draft)
+    prompt = [5, 9, 11, 40, 2]
+    out = target.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=20, pad_token_id=0)
+    spec = run_all(decode_steps(target, draft, prompt, DecodeConfig(max_new_tokens=20, gamma=4), eos=eos_ids(target)))
+    assert spec.token_ids == out[0, len(prompt) :].tolist()

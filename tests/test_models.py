@@ -126,3 +126,22 @@ def test_chat_template_is_applied_when_present_and_can_be_switched_off(tiny_fold
     assert encode_prompt(tokenizer, "the cat", chat_template=False) == plain
     with pytest.raises(InputError, match="prompt is empty"):
         encode_prompt(tokenizer, " \n ")
+
+
+def test_apple_silicons_gpu_is_chosen_where_there_is_no_cuda(monkeypatch):
+    """An M-series laptop: "auto" picks MPS in float16 (int8-cpu, a CPU kernel, stays on the CPU);
+    the bitsandbytes presets say they need CUDA; asking for MPS where there is none is one line."""
+    from specdemo.models import presets, quantization_config, resolve_device, resolve_dtype
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("mps") == resolve_device("auto", "compact-fp32")
+    assert resolve_dtype("auto", torch.device("mps")) == torch.float16
+    assert resolve_device("auto", "int8-cpu") == torch.device("cpu")
+    assert presets.default_preset_name() != "qwen2.5-3b-nf4+0.5b"  # the seed's NF4 pair is a CUDA preset
+    with pytest.raises(ModelLoadError, match="bitsandbytes on a CUDA GPU"):
+        quantization_config(LoadOptions(quantization="4bit"), torch.device("mps"))
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)  # the control: no Apple GPU
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ModelLoadError, match="no Apple GPU"):
+        resolve_device("mps")

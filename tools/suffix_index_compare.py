@@ -3,10 +3,11 @@
     python -m tools.suffix_index_compare [--tasks chat,rewrite] [--out docs/results/suffix_index.json]
 
 Each prompt is raced by suffix decoding (greedy, γ 4) once with each index, taking turns prompt by
-prompt, each index with its own store filled by the same answers (so ``chat-again``, the chat prompts
-asked a second time, runs on equal stores). Prints per task: whether every step drafted the same
-tokens, τ, tokens/s of each, and the index's own time per step (the drafting stopwatch: no model
-runs). Needs arctic-inference (requirements-suffix.txt) and the default preset's models.
+prompt (each goes first every other prompt), each index with its own store filled by the same
+answers (so ``chat-again``, the chat prompts asked a second time, runs on equal stores). Prints per
+task: whether every step drafted the same tokens, τ, tokens/s of each, and the index's own time per
+step (the drafting stopwatch: no model runs). Needs arctic-inference (requirements-suffix.txt) and
+the default preset's models.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def main() -> None:
             for store in stores.values():
                 store.reset()
         totals = {name: {"tokens": 0, "wall": 0.0, "forwards": 0, "index_s": [], "drafts": []} for name in indexes}
-        for p in prompts:
-            for name, store in stores.items():
+        for i, p in enumerate(prompts):
+            for name, store in sorted(stores.items(), reverse=i % 2 == 1):  # each goes first every other prompt
                 race = lambda p=p, s=store: decode_steps(pair.target, None, p, cfg, pair.eos, store=s)
                 run = run_timed(race, pair.target.device)
                 t = totals[name]

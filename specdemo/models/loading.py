@@ -24,27 +24,35 @@ QUANTIZATIONS = ("none", "8bit", "4bit", "int8-cpu", "compact-fp32")
 
 @dataclass(frozen=True)
 class LoadOptions:
-    dtype: str = "auto"  # auto: float16 on CUDA, float32 on CPU
-    device: str = "auto"  # auto: CUDA when present (spread with device_map="auto"), else CPU
+    dtype: str = "auto"  # auto: float16 on a GPU (CUDA, Apple's MPS), float32 on CPU
+    # auto: CUDA when present (spread with device_map="auto"), else Apple Silicon's GPU (MPS), else CPU
+    device: str = "auto"
     # none | 8bit | 4bit (NF4, double quant, compute in `dtype`) | int8-cpu (int8.py)
     # | compact-fp32 (the same fp32 weights, kept as the GGUF's blocks or fp16/bf16 where they are exactly
     #   that, expanded inside the product: compact_linear.py)
     quantization: str = "none"
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, quantization: str = "none") -> torch.device:
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        # int8-cpu is a CPU kernel by name; compact-fp32 is a CPU layout that changes nothing elsewhere
+        if quantization != "int8-cpu" and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device cuda was asked for, but this machine has no CUDA GPU: use device auto or cpu")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError("device mps was asked for, but this machine has no Apple GPU: use device auto or cpu")
     return device
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name not in DTYPES:
         raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}")
-    return DTYPES[name] or (torch.float16 if device.type == "cuda" else torch.float32)
+    return DTYPES[name] or (torch.float16 if device.type in ("cuda", "mps") else torch.float32)
 
 
 def quantization_config(options: LoadOptions, device: torch.device):
@@ -126,7 +134,7 @@ def load_model(model_id: str, options: LoadOptions = LoadOptions()):
 
     if Path(model_id).expanduser().is_dir() and is_feature_drafter(str(Path(model_id).expanduser())):
         # a feature drafter: a head over the target's hidden states, no tokenizer of its own
-        device = resolve_device(options.device)
+        device = resolve_device(options.device, options.quantization)
         return load_feature_head(str(Path(model_id).expanduser()), resolve_dtype(options.dtype, device)).to(
             device
         ), None
@@ -143,7 +151,7 @@ def load_model(model_id: str, options: LoadOptions = LoadOptions()):
         offline = not hub_reachable()  # then only the local cache can have it
     else:
         raise ModelLoadError(f"{model_id!r} is neither a local folder nor a Hugging Face model id (owner/name)")
-    device = resolve_device(options.device)
+    device = resolve_device(options.device, options.quantization)
     kwargs = {"dtype": resolve_dtype(options.dtype, device), "trust_remote_code": False, "local_files_only": offline}
     quant = quantization_config(options, device)
     if quant is not None:
