@@ -50,8 +50,8 @@ class ModelDrafter:
     ``min_confidence`` > 0 stops a draft early when the draft's top probability falls below
     it: the draft is unsure, so the target's time is better spent on a shorter check."""
 
-    def __init__(self, model, target_vocab_size: int, min_confidence: float = 0.0):
-        self.lm = CachedLM(model)
+    def __init__(self, model, target_vocab_size: int, min_confidence: float = 0.0, like: CachedLM | None = None):
+        self.lm = like.like(model) if like else CachedLM(model)  # ``like``: the target's kind of step
         self.vocab_size = target_vocab_size
         self.min_confidence = min_confidence
 

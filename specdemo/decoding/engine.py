@@ -26,6 +26,7 @@ from specdemo.decoding.steps import (  # noqa: F401  (re-exported: the engine's 
     Run,
     Step,
     TreeConfig,
+    cache_room,
     closing_drafter,
     context_length,
     drive,
@@ -139,7 +140,7 @@ def speculative_steps(
     """Speculative decoding; yields one Step per target verify forward. ``store``: suffix
     decoding's earlier answers (default: the process's)."""
     validate_request(prompt_ids, config, context_length(target_model))
-    target = CachedLM(target_model, feature_layers(config, draft_model))
+    target = CachedLM(target_model, feature_layers(config, draft_model), config.steps, cache_room(config))
     drafter = make_drafter(config, draft_model, target, store)
     schedule = SCHEDULES[config.schedule](config.gamma)
     generator = make_generator(config.sampling.seed)
@@ -193,7 +194,7 @@ def baseline_steps(
 ) -> Iterator[Step]:
     """The target alone, KV-cached, one token per forward, through the same sampling code."""
     validate_request(prompt_ids, config, context_length(target_model))
-    target = CachedLM(target_model)
+    target = CachedLM(target_model, steps=config.steps, room=cache_room(config))
     generator = make_generator(config.sampling.seed)
 
     def one_step(step: Step, tokens: list[int], budget: int) -> None:

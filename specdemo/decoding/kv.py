@@ -3,20 +3,39 @@
 Both the target and the draft run through this: each forward feeds only the tokens the
 cache does not hold yet, and a rejection is undone with ``Cache.crop`` (never by
 re-encoding the prefix).
+
+Three kinds of step (``STEPS``), the same on both sides of a race:
+- ``eager``: a ``DynamicCache`` that grows and is cropped;
+- ``static``: a ``StaticCache`` preallocated for the prompt and the answer (rounded up, so one
+  size serves many prompts); a rollback moves its write position back (``StaticLayer.crop``) and
+  the causal mask hides what lies beyond it: the tensors keep their addresses and shapes;
+- ``compiled``: static, and each short step (a draft token, a verify of k tokens: one graph per k)
+  runs through ``torch.compile`` (gpt-fast's recipe: on CUDA "reduce-overhead", i.e. CUDA graphs,
+  which replay a step's hundreds of kernel launches as one; on a CPU inductor's fused kernels). The
+  prompt's prefill stays eager (one long shape, once).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
+
+log = logging.getLogger(__name__)
+
+STEPS = ("eager", "static", "compiled")
+STATIC_ROUNDING = 256  # a static cache's length is rounded up to this: one size (one graph) for many prompts
+MAX_CAPTURED = 64  # steps feeding at most this many tokens run compiled (a verify, a tree); longer ones eager
 
 
 def synchronize(device: torch.device) -> None:
     """Wait for queued kernels so wall-clock timings measure the work itself."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 
 class Stopwatch:
@@ -49,23 +68,64 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return n
 
 
+def static_length(needed: int) -> int:
+    return -(-needed // STATIC_ROUNDING) * STATIC_ROUNDING
+
+
+_compiled: dict[int, object] = {}  # id(model) → its compiled forward (compiled once per model)
+
+
+def compiled_forward(model):
+    """``model``'s forward through ``torch.compile``, made once per model; with CUDA graphs on a GPU."""
+    if id(model) not in _compiled:
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)  # a graph per k
+        mode = "reduce-overhead" if model.device.type == "cuda" else None
+        _compiled[id(model)] = torch.compile(model.forward, mode=mode, dynamic=False)
+    return _compiled[id(model)]
+
+
 class CachedLM:
     """``feature_layers``: also keep, per cached position, the concatenated hidden states of these
-    layers (indices into ``hidden_states``; a feature drafter reads them), cropped with the cache."""
+    layers (indices into ``hidden_states``; a feature drafter reads them), cropped with the cache.
+    ``steps``: eager, static or compiled (the module doc); ``room``: how many tokens a static cache
+    holds beyond the first feed (the prompt): the answer, a draft and a tree's nodes."""
 
-    def __init__(self, model, feature_layers: tuple[int, ...] = ()):
+    def __init__(self, model, feature_layers: tuple[int, ...] = (), steps: str = "eager", room: int = 0):
         self.model = model
         self.device = model.device
-        self.cache = DynamicCache(config=model.config)
+        self.steps, self.room = steps, room
+        self.cache = DynamicCache(config=model.config) if steps == "eager" else None  # static: at the first feed
+        self.length = 0  # a static cache's positions
         self.fed: list[int] = []  # the ids whose keys/values the cache holds, in order
         self.forwards = 0
         self.feature_layers = tuple(feature_layers)
         self.features = torch.empty(0)  # [len(fed), len(feature_layers) × hidden] when kept
 
+    def like(self, model) -> CachedLM:
+        """A cache of the same kind for another model (a draft beside this target)."""
+        return CachedLM(model, steps=self.steps, room=self.room)
+
+    def ensure_cache(self, first_feed: int) -> None:
+        if self.cache is None:
+            self.length = static_length(first_feed + self.room)
+            self.cache = StaticCache(config=self.model.config, max_cache_len=self.length)
+
+    def key_width(self, new: int) -> int:
+        """The key length an explicit attention mask spans when ``new`` tokens are fed now."""
+        self.ensure_cache(new)
+        return self.length if self.steps != "eager" else len(self.fed) + new
+
+    def call(self, new: int):
+        """The forward to run for ``new`` tokens: compiled for a short step where asked, else the model's."""
+        if self.steps == "compiled" and self.fed and new <= MAX_CAPTURED:
+            return compiled_forward(self.model)
+        return self.model
+
     @property
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
 
+    @torch.inference_mode()  # a static cache's tensors were made in it: moving its position back is too
     def rollback_to(self, length: int) -> None:
         """Drop cached positions from ``length`` on (transformers 5: crop takes −count)."""
         drop = len(self.fed) - length
@@ -85,7 +145,11 @@ class CachedLM:
         """Feed ``new_ids`` after the cached prefix; logits of the last ``keep`` positions [keep, V]."""
         input_ids = torch.tensor([new_ids], dtype=torch.long, device=self.device)
         extra = {"output_hidden_states": True} if self.feature_layers else {}
-        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep, **extra)
+        self.ensure_cache(len(new_ids))
+        if self.length and len(self.fed) + len(new_ids) > self.length:
+            raise RuntimeError(f"the static cache holds {self.length} positions, {len(self.fed) + len(new_ids)} fed")
+        forward = self.call(len(new_ids))
+        out = forward(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep, **extra)
         if self.feature_layers:  # the hidden states exist anyway: keep the chosen layers' rows
             new = torch.cat([out.hidden_states[i][0] for i in self.feature_layers], dim=-1)
             self.features = new if not len(self.fed) else torch.cat([self.features, new])

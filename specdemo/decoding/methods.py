@@ -109,7 +109,7 @@ def model_drafter(config, draft_model, target, store=None):
         raise InputError(f"the {config.method} method needs a draft model (or use prompt lookup or suffix decoding)")
     if isinstance(draft_model, FeatureHead):
         return FeatureDrafter(draft_model, target, target.vocab_size)
-    return ModelDrafter(draft_model, target.vocab_size, config.min_confidence)
+    return ModelDrafter(draft_model, target.vocab_size, config.min_confidence, like=target)
 
 
 def prompt_lookup_drafter(config, draft_model, target, store=None):

@@ -14,7 +14,7 @@ import torch
 
 from specdemo.decoding import methods
 from specdemo.decoding.drafters import MAX_GAMMA, SCHEDULES
-from specdemo.decoding.kv import synchronize
+from specdemo.decoding.kv import STEPS, synchronize
 from specdemo.decoding.sampling import SamplingConfig, validate_sampling
 from specdemo.decoding.suffix import SuffixConfig, validate_suffix
 from specdemo.errors import InputError
@@ -43,6 +43,7 @@ class DecodeConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens_cap: int = 2048
     tree: TreeConfig = field(default_factory=TreeConfig)  # the draft model's token tree: k, depth, nodes, threshold
+    steps: str = "eager"  # eager | static (a preallocated KV cache) | compiled (static + torch.compile): kv.py
 
 
 @dataclass
@@ -127,6 +128,13 @@ def validate_config(config: DecodeConfig) -> None:
     validate_sampling(config.sampling)
     if method.suffix_store:
         validate_suffix(config.suffix)
+    if config.steps not in STEPS:
+        raise InputError(f"steps must be one of {', '.join(STEPS)}, got {config.steps!r}", field="steps")
+
+
+def cache_room(config: DecodeConfig) -> int:
+    """What a static cache holds beyond the prompt: the answer, then the longest draft or tree on top."""
+    return config.max_new_tokens + max(MAX_GAMMA, config.tree.max_nodes) + 2
 
 
 def whole_numbers(text: str, what: str, low: int = 1, high: int = MAX_GAMMA) -> list[int]:

@@ -30,6 +30,7 @@ from specdemo.decoding.sampling import SamplingConfig, align_vocab, draw, draw_u
 from specdemo.decoding.steps import (
     TREE_LIMITS,
     TreeConfig,
+    cache_room,
     closing_drafter,
     context_length,
     drive,
@@ -72,14 +73,14 @@ class TokenTree:
         return chain
 
 
-def tree_mask(tree: TokenTree, nodes: range, prefix: int, pending: int, dtype, device) -> torch.Tensor:
-    """Additive 4D mask [1, 1, pending + len(nodes), prefix + nodes.stop].
+def tree_mask(tree: TokenTree, nodes: range, prefix: int, pending: int, dtype, device, width=None) -> torch.Tensor:
+    """Additive 4D mask [1, 1, pending + len(nodes), width ≥ prefix + nodes.stop].
 
     Key/value layout: ``prefix`` sequence tokens (the last ``pending`` of them fed now, the
     rest cached), then tree nodes 0..nodes.stop−1 (the earlier ones cached). Pending tokens
     are causal; a node sees the whole prefix, its ancestors and itself."""
     rows = pending + len(nodes)
-    allowed = torch.zeros(rows, prefix + nodes.stop, dtype=torch.bool)
+    allowed = torch.zeros(rows, width or prefix + nodes.stop, dtype=torch.bool)
     for r in range(pending):
         allowed[r, : prefix - pending + r + 1] = True
     for r, n in enumerate(nodes, start=pending):
@@ -101,9 +102,10 @@ def forward_tree(lm: CachedLM, pending: list[int], tree: TokenTree, nodes: range
     """Feed ``pending`` sequence tokens then tree ``nodes`` in one forward: logits [len, V]."""
     ids = pending + [tree.tokens[n] for n in nodes]
     dtype = lm.model.dtype if lm.model.dtype.is_floating_point else torch.float32
-    out = lm.model(
+    width = lm.key_width(len(ids))  # a static cache's mask spans all its positions (those past the end: hidden)
+    out = lm.call(len(ids))(
         input_ids=torch.tensor([ids], device=lm.device),
-        attention_mask=tree_mask(tree, nodes, prefix, len(pending), dtype, lm.device),
+        attention_mask=tree_mask(tree, nodes, prefix, len(pending), dtype, lm.device, width),
         position_ids=tree_positions(tree, nodes, prefix, len(pending), lm.device),
         cache=lm.cache,
         use_cache=True,
@@ -122,8 +124,8 @@ def pending_tokens(lm: CachedLM, tokens: list[int]) -> list[int]:
 
 
 class TreeDrafter:
-    def __init__(self, model, target_vocab_size: int, config: TreeConfig):
-        self.lm = CachedLM(model)
+    def __init__(self, model, target_vocab_size: int, config: TreeConfig, like: CachedLM | None = None):
+        self.lm = like.like(model) if like else CachedLM(model)  # ``like``: the target's kind of step
         self.vocab_size = target_vocab_size
         self.config = config
 
@@ -294,7 +296,7 @@ def tree_steps(
     if draft_model is None and not from_suffix:
         raise InputError("tree drafting needs a draft model (or use suffix decoding's tree)")
     check_tree_attention(target_model)
-    target = CachedLM(target_model)
+    target = CachedLM(target_model, steps=config.steps, room=cache_room(config))
     if from_suffix:  # the node budget is γ, as for a chain
         drafter = SuffixTreeDrafter(
             SuffixDrafter(store or shared_store(vocabulary_of(target_model)), config.suffix, target.vocab_size)
@@ -302,7 +304,7 @@ def tree_steps(
         nodes = config.gamma
     else:
         check_tree_attention(draft_model)
-        drafter = TreeDrafter(draft_model, target.vocab_size, tree_config)
+        drafter = TreeDrafter(draft_model, target.vocab_size, tree_config, like=target)
         nodes = tree_config.max_nodes
     generator = make_generator(config.sampling.seed)
 
