@@ -38,6 +38,7 @@ from specdemo.app.settings import (
 )
 from specdemo.decoding import methods
 from specdemo.decoding.drafters import MAX_GAMMA
+from specdemo.decoding.kv import STEPS
 from specdemo.decoding.steps import TREE_LIMITS, TreeConfig
 from specdemo.models import vllm
 from specdemo.view.render import legend_html, pane_titles
@@ -50,7 +51,8 @@ CONCURRENCY = int(env.number("SPECDEMO_CONCURRENCY"))
 MAX_QUEUE = int(env.number("SPECDEMO_MAX_QUEUE"))
 SESSION_TTL_S = 3600  # a browser session's records are dropped an hour after its last use
 if ZERO_GPU:  # a GPU call cannot keep what it loads: load the pairs now, serve only them (README)
-    CHOICES = [n.strip() for n in (env.get("SPECDEMO_ZERO_GPU_PRESETS") or PRESET).split(",") if n.strip()]
+    wanted = [PRESET, *env.get("SPECDEMO_ZERO_GPU_PRESETS").split(",")]
+    CHOICES = list(dict.fromkeys(n.strip() for n in wanted if n.strip()))
     models.preload_presets(CHOICES)
 else:
     CHOICES = list(models.PRESETS)
@@ -152,7 +154,8 @@ def race_controls(first) -> Components:
                 max_lines=4,
             )
         with gr.Column(scale=2):
-            ui["preset"] = gr.Dropdown(CHOICES, value=PRESET, label="Model pair", elem_id="preset")
+            named = [(f"{n} — {models.PRESETS[n].role}" if models.PRESETS[n].role else n, n) for n in CHOICES]
+            ui["preset"] = gr.Dropdown(named, value=PRESET, label="Model pair", elem_id="preset")
         with gr.Column(scale=1, min_width=160):
             ui["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn")
             ui["stop_btn"] = gr.Button("Stop", variant="secondary", elem_id="stop-btn", size="sm")
@@ -217,6 +220,14 @@ def model_fields(first) -> Components:
     )
     ui["dtype"] = gr.Radio(list(DTYPE_CHOICES), value=first.target_options.dtype, label="dtype")
     ui["chat_template"] = gr.Checkbox(first.chat_template, label="Apply the chat template")
+    ui["steps"] = gr.Radio(
+        list(STEPS),
+        value=Settings.steps,
+        label=(
+            "Steps, on both sides (static: a preallocated KV cache; compiled: static + torch.compile, CUDA graphs "
+            "on a GPU: the first run of a shape compiles, tens of seconds)"
+        ),
+    )
     ui["draft_vocab"] = gr.Number(
         first.draft_vocab,
         precision=0,

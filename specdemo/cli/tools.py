@@ -45,6 +45,14 @@ def add_parsers(sub) -> None:
     prof.add_argument("--repeats", type=int, default=15, help="forwards per median")
     prof.add_argument("--no-split", action="store_true", help="wall times only (no torch.profiler pass)")
     prof.add_argument("--json", action="store_true")
+    prof.add_argument(
+        "--cost-model",
+        action="store_true",
+        help="instead: each GPU preset's eager and captured steps as a GPU would run them (ops, kernels, host time "
+        "measured here on its architecture with random weights; bytes from its config), and the speedup predicted",
+    )
+    prof.add_argument("--gpu", choices=["H200", "A100-80GB", "L4"], default="H200", help="--cost-model's GPU")
+    prof.add_argument("--out", type=Path, default=None, help="--cost-model: also write the predictions as JSON")
     serve = sub.add_parser("serve-vllm", help="start a vLLM baseline and a vLLM speculative server for the race")
     serve.add_argument("--preset", choices=list(PRESETS), default=default_preset_name())
     serve.add_argument("--speculative", choices=["ngram", "draft"], default="ngram", help="vLLM's proposer")
@@ -77,10 +85,33 @@ def cmd_precision(args) -> None:
     print(json.dumps(rows) if args.json else format_precision(rows))
 
 
+def cmd_cost_model(args) -> None:
+    """The cost model for every preset that runs on a GPU (measure/launches.py)."""
+    import time
+
+    from specdemo.measure.launches import format_prediction, predict
+
+    def dtype_of(options) -> str:
+        return "4bit" if options.quantization == "4bit" else ("float16" if options.dtype == "auto" else options.dtype)
+
+    predictions = []
+    for preset in (p for p in PRESETS.values() if p.needs_cuda):
+        dtypes = dtype_of(preset.target_options), dtype_of(preset.draft_options)
+        p = predict(preset.target, preset.draft, *dtypes, args.gpu)
+        predictions.append({"preset": preset.name} | p)
+        print(f"[{preset.name}] " + format_prediction(p), flush=True)
+    if args.out:
+        record = {"measured": time.strftime("%Y-%m-%d"), "command": "python -m specdemo profile --cost-model"}
+        args.out.write_text(json.dumps(record | {"predictions": predictions}, indent=1) + "\n", encoding="utf-8")
+
+
 def cmd_profile(args) -> None:
     import torch
 
     from specdemo.measure.profile import format_profile, profile_model, to_record
+
+    if args.cost_model:
+        return cmd_cost_model(args)
 
     ks = whole_numbers(args.ks, "--ks", 1, 64)
     contexts = whole_numbers(args.contexts, "--contexts", 1, 8192)

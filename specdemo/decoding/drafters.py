@@ -55,6 +55,10 @@ class ModelDrafter:
         self.vocab_size = target_vocab_size
         self.min_confidence = min_confidence
 
+    def capture(self, first_feed: int) -> None:
+        """Its steps' shapes (compiled steps only): one token, or two after a fully kept draft and its bonus."""
+        self.lm.capture(first_feed, [(1, 1), (2, 1)])
+
     def propose(self, tokens: list[int], n: int, sampling: SamplingConfig, generator) -> Draft:
         if n <= 0:
             return Draft()

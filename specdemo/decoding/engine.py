@@ -142,6 +142,10 @@ def speculative_steps(
     validate_request(prompt_ids, config, context_length(target_model))
     target = CachedLM(target_model, feature_layers(config, draft_model), config.steps, cache_room(config))
     drafter = make_drafter(config, draft_model, target, store)
+    # compiled steps: every verify of 1 + k drafts (k ≤ γ), and the draft model's steps, before any is timed
+    target.capture(len(prompt_ids), [(1 + k, 1 + k) for k in range(config.gamma + 1)])
+    if hasattr(drafter, "capture"):
+        drafter.capture(len(prompt_ids))
     schedule = SCHEDULES[config.schedule](config.gamma)
     generator = make_generator(config.sampling.seed)
 
@@ -195,6 +199,7 @@ def baseline_steps(
     """The target alone, KV-cached, one token per forward, through the same sampling code."""
     validate_request(prompt_ids, config, context_length(target_model))
     target = CachedLM(target_model, steps=config.steps, room=cache_room(config))
+    target.capture(len(prompt_ids), [(1, 1)])
     generator = make_generator(config.sampling.seed)
 
     def one_step(step: Step, tokens: list[int], budget: int) -> None:

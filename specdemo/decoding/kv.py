@@ -17,14 +17,24 @@ Three kinds of step (``STEPS``), the same on both sides of a race:
 
 from __future__ import annotations
 
+import inspect
 import logging
+import os
 import time
+import weakref
+from pathlib import Path
 
 import torch
 from transformers import DynamicCache, StaticCache
+from transformers.masking_utils import create_causal_mask
+
+from specdemo import env
 
 log = logging.getLogger(__name__)
 
+# transformers 5.24 renamed the forward's ``past_key_values`` to ``cache`` (5.17, a lent GPU's image, has the old
+# name): every call here passes it by this name
+CACHE_ARG = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
 STEPS = ("eager", "static", "compiled")
 STATIC_ROUNDING = 256  # a static cache's length is rounded up to this: one size (one graph) for many prompts
 MAX_CAPTURED = 64  # steps feeding at most this many tokens run compiled (a verify, a tree); longer ones eager
@@ -72,16 +82,22 @@ def static_length(needed: int) -> int:
     return -(-needed // STATIC_ROUNDING) * STATIC_ROUNDING
 
 
-_compiled: dict[int, object] = {}  # id(model) → its compiled forward (compiled once per model)
+_compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model → its compiled forward
+_captured: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model → {(cache length, new, keep)} warmed
 
 
 def compiled_forward(model):
     """``model``'s forward through ``torch.compile``, made once per model; with CUDA graphs on a GPU."""
-    if id(model) not in _compiled:
+    if model not in _compiled:
+        # inductor's compiled kernels are kept across runs beside the converted checkpoints (not in /tmp)
+        os.environ.setdefault(
+            "TORCHINDUCTOR_CACHE_DIR", str(Path(env.get("SPECDEMO_CACHE_DIR"), "inductor").expanduser())
+        )
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)  # a graph per k
         mode = "reduce-overhead" if model.device.type == "cuda" else None
-        _compiled[id(model)] = torch.compile(model.forward, mode=mode, dynamic=False)
-    return _compiled[id(model)]
+        forward = getattr(model, "forward", model)  # a reduced-vocabulary draft is a plain callable
+        _compiled[model] = torch.compile(forward, mode=mode, dynamic=False)
+    return _compiled[model]
 
 
 class CachedLM:
@@ -115,6 +131,37 @@ class CachedLM:
         self.ensure_cache(new)
         return self.length if self.steps != "eager" else len(self.fed) + new
 
+    @torch.inference_mode()
+    def capture(self, first_feed: int, shapes) -> None:
+        """Compile the steps of these (new tokens, logits kept) shapes before any step is timed; a CUDA
+        graph is recorded on a shape's third call, so each runs three times. The cache is left empty."""
+        if self.steps != "compiled":
+            return
+        self.ensure_cache(first_feed)
+        done = _captured.setdefault(self.model, set())
+        shapes = {(self.length, *shape) for shape in shapes} - done
+        if not shapes:
+            return  # captured by an earlier run of this model (its graphs stay; a new cache is new inputs)
+        done |= shapes
+        extra = {"output_hidden_states": True} if self.feature_layers else {}
+        started = time.perf_counter()
+        self.model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=self.device), **self.kwargs(), **extra)
+        self.move_back(1)  # the cache's layers now exist: the graphs are made for them as a race finds them
+        for _, new, keep in sorted(shapes):
+            ids = torch.zeros((1, new), dtype=torch.long, device=self.device)
+            for _ in range(3):
+                compiled_forward(self.model)(
+                    input_ids=ids, use_cache=True, logits_to_keep=keep, **self.kwargs(), **extra
+                )
+                self.move_back(new)
+        synchronize(self.device)
+        log.info(
+            "captured %s steps of %s in %.1f s",
+            sorted(set(shapes)),
+            type(self.model).__name__,
+            time.perf_counter() - started,
+        )
+
     def call(self, new: int):
         """The forward to run for ``new`` tokens: compiled for a short step where asked, else the model's."""
         if self.steps == "compiled" and self.fed and new <= MAX_CAPTURED:
@@ -125,12 +172,24 @@ class CachedLM:
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
 
+    def kwargs(self) -> dict:
+        return {CACHE_ARG: self.cache}
+
     @torch.inference_mode()  # a static cache's tensors were made in it: moving its position back is too
+    def move_back(self, drop: int) -> None:
+        """Forget the last ``drop`` positions: a dynamic cache is cropped (transformers 5: crop takes −count);
+        a static one's write position moves back (what 5.24's ``StaticLayer.crop`` does; 5.17 has none)."""
+        if self.steps == "eager":
+            self.cache.crop(-drop)
+        else:
+            for layer in self.cache.layers:
+                layer.cumulative_length.sub_(drop)
+
     def rollback_to(self, length: int) -> None:
-        """Drop cached positions from ``length`` on (transformers 5: crop takes −count)."""
+        """Drop cached positions from ``length`` on."""
         drop = len(self.fed) - length
         if drop > 0:
-            self.cache.crop(-drop)
+            self.move_back(drop)
             del self.fed[length:]
             if self.feature_layers:
                 self.features = self.features[:length]
@@ -149,7 +208,7 @@ class CachedLM:
         if self.length and len(self.fed) + len(new_ids) > self.length:
             raise RuntimeError(f"the static cache holds {self.length} positions, {len(self.fed) + len(new_ids)} fed")
         forward = self.call(len(new_ids))
-        out = forward(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep, **extra)
+        out = forward(input_ids=input_ids, use_cache=True, logits_to_keep=keep, **self.kwargs(), **extra)
         if self.feature_layers:  # the hidden states exist anyway: keep the chosen layers' rows
             new = torch.cat([out.hidden_states[i][0] for i in self.feature_layers], dim=-1)
             self.features = new if not len(self.fed) else torch.cat([self.features, new])

@@ -253,5 +253,9 @@ class HybridDrafter:
             return found
         return self.model.propose(tokens, min(n, self.config.hybrid_model_gamma), sampling, generator)
 
+    def capture(self, first_feed: int) -> None:
+        if hasattr(self.model, "capture"):
+            self.model.capture(first_feed)
+
     def close(self) -> None:
         self.suffix.close()

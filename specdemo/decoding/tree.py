@@ -107,7 +107,7 @@ def forward_tree(lm: CachedLM, pending: list[int], tree: TokenTree, nodes: range
         input_ids=torch.tensor([ids], device=lm.device),
         attention_mask=tree_mask(tree, nodes, prefix, len(pending), dtype, lm.device, width),
         position_ids=tree_positions(tree, nodes, prefix, len(pending), lm.device),
-        cache=lm.cache,
+        **lm.kwargs(),
         use_cache=True,
     )
     lm.fed.extend(ids)

@@ -279,13 +279,15 @@ def run_bench(
     progress: bool = True,
     engines=None,
     vllm_urls: dict[str, str] | None = None,
+    steps: str = "eager",
 ) -> dict:
     """Time every engine of ``engines`` (specdemo-baseline always: the predictions need t_t).
 
-    ``vllm_urls``: engine → server URL (default: ``vllm.configured_urls()``)."""
+    ``vllm_urls``: engine → server URL (default: ``vllm.configured_urls()``); ``steps``: specdemo's kind of
+    step, on the baseline and every speculative engine alike."""
     engines = default_engines() if engines is None else engines
     urls = {f"vllm-{role}": url for role, url in vllm.configured_urls().items()} | (vllm_urls or {})
-    base_cfg = DecodeConfig(max_new_tokens=max_new_tokens)
+    base_cfg = DecodeConfig(max_new_tokens=max_new_tokens, steps=steps)
     target, draft, eos = pair.target, pair.draft, pair.eos
     skipped = []
     if isinstance(draft, FeatureHead):  # it reads specdemo's verify: chains in specdemo only

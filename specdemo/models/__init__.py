@@ -16,6 +16,7 @@ from specdemo.models.loading import (  # noqa: F401
     HUB_ID,
     QUANTIZATIONS,
     LoadOptions,
+    capture_problem,
     check_prompt,
     check_request,
     check_same_vocabulary,

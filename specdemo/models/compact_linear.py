@@ -150,28 +150,49 @@ class CompactLinear(nn.Module):
         rows = x.reshape(-1, self.in_features)
         if not self.takes(x):
             return F.linear(x, self.weight)
+        if torch.compiler.is_compiling():  # a captured step keeps the kernel as one op of its graph
+            threads = min(self.threads_needed, torch_threads())
+            y = compact_op(rows.contiguous(), self.codes, self.scales, KINDS[self.kind], self.out_features, threads)
+            return y.reshape(*x.shape[:-1], self.out_features)
         if _recording.is_set():
             with torch.profiler.record_function(RECORD_NAME):
                 return self.product(x, rows.contiguous())
         return self.product(x, rows.contiguous())
 
     def product(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        y = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
-        _kernels["library"].compact_linear(
-            KINDS[self.kind],
-            rows.data_ptr(),
-            rows.shape[0],
-            self.in_features,
-            self.codes.data_ptr(),
-            self.scales.data_ptr(),
-            y.data_ptr(),
-            self.out_features,
-            min(self.threads_needed, torch.get_num_threads()),
-        )
+        threads = min(self.threads_needed, torch.get_num_threads())
+        y = multiply(rows, self.codes, self.scales, KINDS[self.kind], self.out_features, threads)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, weights as {self.kind}"
+
+
+@torch._dynamo.assume_constant_result  # read when a step is captured (a graph break otherwise)
+def torch_threads() -> int:
+    return torch.get_num_threads()
+
+
+def multiply(
+    rows: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, kind: int, out_features: int, threads: int
+) -> torch.Tensor:
+    """rows [n, in] times the compact matrix → [n, out], by the C kernel."""
+    y = torch.empty(rows.shape[0], out_features, dtype=torch.float32)
+    _kernels["library"].compact_linear(
+        kind, rows.data_ptr(), rows.shape[0], rows.shape[1], codes.data_ptr(), scales.data_ptr(), y.data_ptr(),
+        out_features, threads,
+    )  # fmt: skip
+    return y
+
+
+# The kernel as a torch op, for torch.compile only (eager calls go straight through ctypes: the op's
+# dispatch would add to each of a step's ≈ 100 products).
+compact_op = torch.library.custom_op(RECORD_NAME, mutates_args=())(multiply)
+
+
+@compact_op.register_fake
+def _(rows, codes, scales, kind, out_features, threads):
+    return rows.new_empty(rows.shape[0], out_features)
 
 
 def join_compact(parts) -> CompactLinear | None:

@@ -30,10 +30,11 @@ import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
+from specdemo.decoding.kv import CACHE_ARG
 from specdemo.models.compact_linear import CompactLinear, join_compact
 
 LEAN_MODEL_TYPES = ("llama",)
-PLAIN_STEP = {"input_ids", "cache", "use_cache", "logits_to_keep"}  # what a decode step passes
+PLAIN_STEP = {"input_ids", CACHE_ARG, "use_cache", "logits_to_keep"}  # what a decode step passes
 
 
 class LeanLayer:
@@ -123,7 +124,7 @@ def body_step(body, lean_layers: list[LeanLayer], input_ids: torch.Tensor, cache
     positions = (torch.arange(n, device=x.device) + cache.get_seq_length()).unsqueeze(0)
     modeling = sys.modules[type(body).__module__]  # where the model looks its functions up (profile times them)
     mask = modeling.create_causal_mask(
-        config=body.config, inputs_embeds=x, attention_mask=None, cache=cache, position_ids=positions
+        config=body.config, inputs_embeds=x, attention_mask=None, position_ids=positions, **{CACHE_ARG: cache}
     )
     rotary = rotation(body.rotary_emb(x, position_ids=positions))
     for index, lean in enumerate(lean_layers):
@@ -132,8 +133,12 @@ def body_step(body, lean_layers: list[LeanLayer], input_ids: torch.Tensor, cache
 
 
 def is_plain_step(kwargs: dict) -> bool:
-    """A decode step: new ids after a cache, nothing else asked for."""
-    return kwargs.get("cache") is not None and kwargs.get("input_ids") is not None and set(kwargs) <= PLAIN_STEP
+    """A decode step: new ids after a cache, nothing else asked for; and not being compiled (torch.compile
+    traces transformers' forward and fuses its small ops itself: the lean forward saves Python, which a
+    compiled step does not run)."""
+    if torch.compiler.is_compiling():
+        return False
+    return kwargs.get(CACHE_ARG) is not None and kwargs.get("input_ids") is not None and set(kwargs) <= PLAIN_STEP
 
 
 def use_lean_forward(model) -> bool:
@@ -149,14 +154,14 @@ def use_lean_forward(model) -> bool:
     def lean_body(self, *args, **kwargs):
         if args or not is_plain_step(kwargs) or "logits_to_keep" in kwargs:
             return full_body(*args, **kwargs)
-        hidden = body_step(self, lean_layers, kwargs["input_ids"], kwargs["cache"])
+        hidden = body_step(self, lean_layers, kwargs["input_ids"], kwargs[CACHE_ARG])
         return BaseModelOutputWithPast(last_hidden_state=hidden)
 
     @functools.wraps(type(model).forward)
     def lean_model(self, *args, **kwargs):
         if args or not is_plain_step(kwargs):
             return full_model(*args, **kwargs)
-        hidden = body_step(body, lean_layers, kwargs["input_ids"], kwargs["cache"])
+        hidden = body_step(body, lean_layers, kwargs["input_ids"], kwargs[CACHE_ARG])
         keep = kwargs.get("logits_to_keep", 0)
         return CausalLMOutputWithPast(logits=self.lm_head(hidden[:, -keep:] if keep else hidden))
 

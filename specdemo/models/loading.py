@@ -128,6 +128,19 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def capture_problem(model) -> str | None:
+    """Why ``model``'s steps cannot be compiled here (one line), or None."""
+    from specdemo.models.presets import on_zero_gpu
+
+    if on_zero_gpu():
+        return "a ZeroGPU Space compiles ahead of time (spaces.aoti_*), which this app does not do yet"
+    if any(type(m).__name__ in ("Linear4bit", "Linear8bitLt") for m in getattr(model, "modules", list)()):
+        return "bitsandbytes' quantized layers do not compile"
+    if model.device.type == "mps":
+        return "torch.compile does not capture MPS steps"
+    return None
+
+
 def load_model(model_id: str, options: LoadOptions = LoadOptions()):
     """Load (model, tokenizer). ``model_id`` is a local folder or a hub id; no remote code runs."""
     from specdemo.decoding.feature import is_feature_drafter, load_feature_head

@@ -48,6 +48,7 @@ class Preset:
     gamma: int = 4  # the γ that measured fastest with this pair (the app's starting value)
     prompts_file: Path = PROMPTS / "instruct.txt"  # the benchmark's held-out prompts
     lowercase: bool = False  # the pair knows lower-case text only: prompts are lower-cased (with a note)
+    role: str = ""  # what the preset is for, in a few words (the app's preset list says it)
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ SMOLLM2 = Preset(
     "smollm2-135m",
     smollm2.HUB_ID,
     SMOLLM2_DRAFT,
+    role="the CPU default, offline",
     # the same fp32 weights, kept as the GGUF's blocks (the draft: fp16) and expanded inside the product:
     # faster on both sides of every race on a CPU (docs/design.md)
     target_options=LoadOptions(dtype="float32", quantization="compact-fp32"),
@@ -114,6 +116,7 @@ PRESETS = {
             "bundled-tinystories",
             BUNDLED_TARGET,
             BUNDLED_DRAFT,
+            role="tiny stories, bundled",
             chat_template=False,
             examples=STORY_OPENINGS,
             prompts_file=PROMPTS / "stories.txt",
@@ -140,6 +143,7 @@ PRESETS = {
             "qwen2.5-3b-nf4+0.5b",
             "Qwen/Qwen2.5-3B-Instruct",
             "Qwen/Qwen2.5-0.5B-Instruct",
+            role="the seed script's pair, CUDA",
             target_options=LoadOptions(dtype="float16", quantization="4bit"),
             draft_options=LoadOptions(dtype="float16"),
             examples=QWEN_PROMPTS,
@@ -150,10 +154,24 @@ PRESETS = {
             "qwen2.5-3b+0.5b",
             "Qwen/Qwen2.5-3B-Instruct",
             "Qwen/Qwen2.5-0.5B-Instruct",
+            role="the seed's pair in bf16, GPU",
             target_options=LoadOptions(dtype="bfloat16"),
             draft_options=LoadOptions(dtype="bfloat16"),
             examples=QWEN_PROMPTS,
             needs_cuda=True,
+        ),
+        # A target big enough that a 0.5B draft is cheap beside it on a GPU once the steps are captured:
+        # the cost model (`profile --cost-model`, docs/results/cost_model.json) predicts 1.5–2.0× on an H200
+        # at α 0.6–0.8, against 1.0–1.1× for the 3B target. bf16: ≈ 30 GB, within a ZeroGPU slice's 70 GB.
+        Preset(
+            "qwen2.5-14b+0.5b",
+            "Qwen/Qwen2.5-14B-Instruct",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            target_options=LoadOptions(dtype="bfloat16"),
+            draft_options=LoadOptions(dtype="bfloat16"),
+            examples=QWEN_PROMPTS,
+            needs_cuda=True,
+            role="GPU showcase: run it with compiled steps",
         ),
         Preset(
             "qwen2.5-1.5b+0.5b",

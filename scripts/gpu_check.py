@@ -1,0 +1,171 @@
+"""The GPU check: one prepared run for a lent CUDA machine that reaches nothing outside (scripts/gpu_check.sh).
+
+1. identity: the bundled pair (its real weights travel with the tree) on CUDA in fp32, each kind of step
+   (eager, static, compiled): greedy baseline and speculative tokens against generate(), τ and tokens/s;
+2. timings: each GPU preset's real architecture (assets/configs/, random weights: the hub is out of
+   reach) in its dtype, eager against compiled: t_t, t_d, c, t_v/t_t, and the speedup τ / (γ·c + t_v/t_t)
+   they give at the α the cost model uses (random weights accept nothing, so τ comes from α: a prediction
+   from measured step costs);
+3. the seed prompt's race through the app's own handler (race_tab.stream), on compiled steps;
+then one summary table, and everything as JSON in $OUT/gpu_check.json. Any missing piece fails the run.
+GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESETS=bundled-tinystories runs the same code on a CPU (the test suite's smoke run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_timed  # noqa: E402
+from specdemo.decoding.kv import CachedLM, synchronize  # noqa: E402
+from specdemo.measure.launches import ALPHAS, config_of, tau  # noqa: E402
+from specdemo.models import BUNDLED_DRAFT, BUNDLED_TARGET, PRESETS, LoadOptions, ModelCache, load_pair  # noqa: E402
+
+OUT = Path(os.environ.get("OUT", "/tmp"))
+SEED_PROMPT = "What is the purpose of life?"
+GAMMA = 3  # the verify shape timed (γ + 1 tokens)
+DEVICE = os.environ.get("GPU_CHECK_DEVICE", "cuda")
+# the seed's pair in bf16 and the showcase
+TIMED_PRESETS = tuple(os.environ.get("GPU_CHECK_PRESETS", "qwen2.5-3b+0.5b,qwen2.5-14b+0.5b").split(","))
+PARTS = os.environ.get("GPU_CHECK_PARTS", "identity,timings,app").split(",")
+KINDS = ("eager", "compiled")
+
+
+def identity() -> list[dict]:
+    pair = load_pair(
+        BUNDLED_TARGET, BUNDLED_DRAFT, LoadOptions(dtype="float32"), LoadOptions(dtype="float32"), ModelCache()
+    )
+    assert pair.target.device.type == DEVICE, f"the bundled pair did not load on {DEVICE}"
+    rows = []
+    for prompt in ("once upon a time, there was a little", "tom had a red ball. he liked to"):
+        ids = pair.tokenizer(prompt)["input_ids"]
+        out = pair.target.generate(torch.tensor([ids], device=DEVICE), do_sample=False, max_new_tokens=48)
+        expected = out[0, len(ids) :].tolist()
+        for kind in ("eager", "static", "compiled"):
+            cfg = DecodeConfig(max_new_tokens=48, gamma=4, steps=kind)
+            device = pair.target.device
+            base = run_timed(lambda i=ids, c=cfg: baseline_steps(pair.target, i, c, pair.eos), device)
+            spec = run_timed(lambda i=ids, c=cfg: decode_steps(pair.target, pair.draft, i, c, pair.eos), device)
+            n = len(base.token_ids)
+            rows.append(
+                {
+                    "prompt": prompt,
+                    "steps": kind,
+                    "identical": base.token_ids == spec.token_ids == expected[:n],
+                    "tau": len(spec.token_ids) / len(spec.steps),
+                    "speedup": (len(spec.token_ids) / spec.wall_s) / (len(base.token_ids) / base.wall_s),
+                }
+            )
+    return rows
+
+
+def random_model(model_id: str, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    with torch.device(DEVICE):
+        return AutoModelForCausalLM.from_config(config_of(model_id), dtype=dtype).eval()
+
+
+def step_ms(model, kind: str, new: int, repeats: int = 20) -> float:
+    """Median synced time of a step of ``new`` tokens after a 64-token prompt (compiled: captured first)."""
+    # both on a static cache: the kinds differ only in the capture
+    lm = CachedLM(model, steps="static" if kind == "eager" else "compiled", room=GAMMA + 8)
+    lm.capture(64, [(new, new)])
+    lm.forward(list(range(1, 65)))
+    times = []
+    for _ in range(repeats + 3):
+        synchronize(lm.device)
+        start = time.perf_counter()
+        lm.forward(list(range(1, new + 1)), keep=new)
+        synchronize(lm.device)
+        times.append(time.perf_counter() - start)
+        lm.rollback_to(64)
+    return 1000 * statistics.median(times[3:])
+
+
+def timings(name: str) -> dict:
+    preset = PRESETS[name]
+    dtype = {"auto": torch.float32}.get(preset.target_options.dtype) or getattr(torch, preset.target_options.dtype)
+    target, draft = random_model(preset.target, dtype), random_model(preset.draft, dtype)
+    out = {"preset": name, "dtype": str(dtype).removeprefix("torch."), "kinds": {}}
+    for kind in KINDS:
+        t_t, t_d, t_v = step_ms(target, kind, 1), step_ms(draft, kind, 1), step_ms(target, kind, GAMMA + 1)
+        c, ratio = t_d / t_t, t_v / t_t
+        predicted = {a: tau(a, GAMMA) / (GAMMA * c + ratio) for a in ALPHAS}
+        out["kinds"][kind] = {"t_t_ms": t_t, "t_d_ms": t_d, "c": c, "tv_tt": ratio, "speedup_at_alpha": predicted}
+    del target, draft
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+def app_race() -> dict:
+    """The app's Run handler on compiled steps: the seed prompt (the bundled pair knows stories only and may
+    end it at once) and one of its own story openings."""
+    from specdemo.app import race_tab
+    from specdemo.app.race_tab import RACE_OUTPUTS
+    from specdemo.app.settings import Settings
+
+    statuses = {}
+    for prompt in (SEED_PROMPT, PRESETS["bundled-tinystories"].examples[0]):
+        s = Settings.from_preset("bundled-tinystories", prompt=prompt, steps="compiled", max_new_tokens=64)
+        *_, last = race_tab.stream(s, None)
+        statuses[prompt] = dict(zip(RACE_OUTPUTS, last))["status"]
+        assert statuses[prompt].startswith("✓"), statuses[prompt]
+    return statuses
+
+
+def main() -> int:
+    assert DEVICE != "cuda" or torch.cuda.is_available(), "no CUDA GPU: run this on the lent machine"
+    name = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU (smoke run)"
+    report, failures = {"gpu": name, "torch": torch.__version__}, []
+    import transformers
+
+    report["transformers"] = transformers.__version__
+    parts = [("identity", "identity", identity)]
+    parts += [("timings", f"timings {n}", lambda n=n: timings(n)) for n in TIMED_PRESETS]
+    parts += [("app", "app race", app_race)]
+    for key, part, run in parts:
+        if key not in PARTS:
+            continue
+        started = time.perf_counter()
+        try:
+            report[part] = run()
+        except Exception:  # a missing piece fails the run, with its traceback in the log
+            traceback.print_exc()
+            failures.append(part)
+        print(f"[{part}] {time.perf_counter() - started:.0f} s", flush=True)
+    (OUT / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    print(f"\n== summary: {report['gpu']}, torch {report['torch']}, transformers {report['transformers']} ==")
+    for row in report.get("identity", []):
+        print(f"identity {row['steps']:<9} {'same' if row['identical'] else 'DIFFERENT'}  τ {row['tau']:.2f}  "
+              f"speedup {row['speedup']:.2f}x  ({row['prompt'][:24]}…)")  # fmt: skip
+    print(
+        "preset              steps      t_t ms  t_d ms     c  t_v/t_t  predicted speedup at α "
+        + "/".join(map(str, ALPHAS))
+    )
+    for name in TIMED_PRESETS:
+        for kind, k in report.get(f"timings {name}", {}).get("kinds", {}).items():
+            speedups = " / ".join(f"{v:.2f}x" for v in k["speedup_at_alpha"].values())
+            times = f"{k['t_t_ms']:7.2f} {k['t_d_ms']:7.2f} {k['c']:5.2f} {k['tv_tt']:8.2f}"
+            print(f"{name:<19} {kind:<9} {times}  {speedups}")
+    for prompt, status in report.get("app race", {"(the app's race)": "FAILED"}).items():
+        print(f"app race, compiled steps, {prompt!r}: {status}")
+    if failures:
+        print(f"FAILED: {', '.join(failures)}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
