@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from specdemo.cli.common import bench_prompts
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_timed
 from specdemo.measure.bench import SpecdemoJob, time_interleaved
 from specdemo.models import PRESETS, encode_prompt, load_pair
+from specdemo.recipes.card import machine
 
 
 def main() -> None:
@@ -63,7 +63,7 @@ def main() -> None:
             )
         )
     rows = time_interleaved(jobs, prompts, 1, eos=pair.eos)
-    record = {"measured": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {platform.processor()}"}
+    record = {"measured": time.strftime("%Y-%m-%d"), "machine": machine()}
     record |= {
         "preset": args.preset,
         "gamma": gamma,

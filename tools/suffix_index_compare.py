@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from dataclasses import replace
@@ -25,6 +24,7 @@ from specdemo.decoding.suffix import SuffixStore
 from specdemo.decoding.suffix_index import SuffixDecodingCache
 from specdemo.measure.tasks import REPEATED, encode_tasks, load_tasks
 from specdemo.models import PRESETS, load_pair
+from specdemo.recipes.card import machine
 
 
 def main() -> None:
@@ -80,8 +80,7 @@ def main() -> None:
             f"index ms/step {py['index_ms_per_step']:.3f} / {ai['index_ms_per_step']:.3f}   (python / arctic-inference)"
         )
     if args.out:
-        machine = f"{platform.machine()}, {platform.processor() or 'cpu'}"
-        record = {"measured": time.strftime("%Y-%m-%d"), "machine": machine, "preset": args.preset}
+        record = {"measured": time.strftime("%Y-%m-%d"), "machine": machine(), "preset": args.preset}
         record |= {"max_new_tokens": args.max_new_tokens, "gamma": 4, "rows": rows}
         args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 

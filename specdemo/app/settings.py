@@ -224,8 +224,8 @@ def loading_text(s: Settings) -> str:
     loaded = (target_id, options) in DEFAULT_CACHE and (
         not needs_draft(s) or not draft_id or (draft_id, draft_options_for(options)) in DEFAULT_CACHE
     )
-    if loaded:
-        return "starting"
+    if loaded:  # compiled steps: each new shape is captured before the first step (the log says how long)
+        return "capturing the steps (torch.compile, once per shape)" if s.steps == "compiled" else "starting"
     if target_id == smollm2.HUB_ID and smollm2.needs_conversion():
         done = smollm2.conversion_progress()
         bar = "" if done is None else f" {progress_bar(done)} {done:.0%}"
