@@ -159,7 +159,6 @@ def race_controls(first) -> Components:
         with gr.Column(scale=1, min_width=160):
             ui["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn")
             ui["stop_btn"] = gr.Button("Stop", variant="secondary", elem_id="stop-btn", size="sm")
-            ui["ready"] = gr.Markdown("", elem_id="ready")  # the start pair's loading at launch
     return ui
 
 
@@ -262,7 +261,7 @@ def race_tab_ui() -> Components:
     ui["summary"] = gr.HTML("", elem_id="summary")
     with gr.Row(equal_height=True):  # same prompt, another method: every result kept below
         ui["try_method"] = gr.Dropdown(
-            [m.label for m in methods.suggestions() if not m.missing()],
+            [m.label for m in methods.suggestions()],
             value=None,
             label="Try another method on this prompt",
             elem_id="try-method",
@@ -424,14 +423,14 @@ def wire_tabs(demo: gr.Blocks, ui: Components, settings: Components) -> None:
     demo.load(tabs.methods_view, ui["preset"], methods_out, **PRIVATE)
     # what can run is read again for each visitor (a vLLM server may have started since)
     demo.load(lambda: gr.Dropdown(choices=method_choices()), None, ui["method_label"], **PRIVATE)
-    # the start pair's loading (launch() starts it): followed each second until it is over
+    # the start pair's loading (launch() starts it), on the Run button each second until it is over
     timer = gr.Timer(1.0)
-    timer.tick(ready_line, None, [ui["ready"], timer], show_progress="hidden", **PRIVATE)
+    timer.tick(run_label, None, [ui["run_btn"], timer], show_progress="hidden", **PRIVATE)
 
 
-def ready_line():
-    line, over = warmup.status()
-    return line, gr.Timer(active=not over)
+def run_label():
+    doing, over = warmup.status()
+    return gr.Button(f"Run ({doing})" if doing else "Run"), gr.Timer(active=not over)
 
 
 def build_demo() -> gr.Blocks:

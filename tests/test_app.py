@@ -562,29 +562,30 @@ def test_the_start_pair_loads_in_the_background_and_a_click_meanwhile_waits_for_
     from specdemo.models import DEFAULT_CACHE
 
     monkeypatch.setattr(warmup, "_loading", {})
-    assert warmup.status() == ("", True)  # nothing started: no line
+    assert warmup.status() == ("", True)  # nothing started: nothing to say
     busy = threading.Event()
     model_thread.submit(busy.wait, 30)  # the model thread is busy: the loading waits its turn
     loading = warmup.start("bundled-tinystories")
-    line, over = warmup.status()
-    assert not over and line.startswith("⏳ ") and "Run now starts as soon as it is ready" in line
+    assert warmup.status() == ("loading the models", False)
     busy.set()
     loading.result(timeout=120)
-    assert warmup.status() == ("✓ ready", True)
+    assert warmup.status() == ("", True)
     loads = DEFAULT_CACHE.loads
     last_race_output(max_new_tokens=4)  # the click: the pair is there
     assert DEFAULT_CACHE.loads == loads
     assert app_settings.loading_text(Settings.from_preset("bundled-tinystories")) == "starting"
 
 
-def test_a_start_pair_that_does_not_load_says_so_in_one_line(monkeypatch):
+def test_a_start_pair_that_does_not_load_is_one_log_line_and_run_says_the_rest(monkeypatch, caplog):
     from specdemo.app import warmup
     from specdemo.errors import ModelLoadError
 
     def fail(s):
         raise ModelLoadError("no such model here")
 
+    caplog.set_level(logging.INFO, logger="specdemo.app")
     monkeypatch.setattr(warmup, "pair_for", fail)
     monkeypatch.setattr(warmup, "_loading", {})
     warmup.start("bundled-tinystories").exception(timeout=30)
-    assert warmup.status() == ("⚠ the start pair did not load: no such model here", True)
+    assert warmup.status() == ("", True)  # the button says Run again: a click shows the error in full
+    assert [r.getMessage() for r in caplog.records if r.name == "specdemo.app"] == ["refused: no such model here"]

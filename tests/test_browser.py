@@ -214,20 +214,20 @@ def test_headings_and_text_have_every_letter_in_the_web_font(page, weight):
     assert missing == [], missing
 
 
-READY_TEXT = "document.querySelector('#ready').innerText"
+RUN_LABEL = "document.querySelector('#run-btn').innerText"
 
 
 @pytest.mark.skipif(not REAL_MODEL, reason="the wheel's SmolLM2 GGUF is not installed")
 def test_a_fresh_cache_converts_the_gguf_at_launch_and_says_how_far_it_is(browser, tmp_path):
     """A fresh cache folder: the app converts SmolLM2's GGUF (≈ 30 s) as it launches, before any click,
-    and the line under Run counts it (a bar and a percentage that follow the GGUF's tensors), with the
-    progress bars in the server's log; a Run pressed meanwhile waits for it and says so. (The test stops
-    there: the next test waits for the default server's own loading to finish.)"""
+    and the Run button counts it (a percentage that follows the GGUF's tensors), with the progress bars
+    in the server's log; a Run pressed meanwhile waits for it and says so. (The test stops there: the
+    next test waits for the default server's own loading to finish.)"""
     log_path = ARTIFACTS / "browser-first-run-server.log"
     with serve(log_path, SPECDEMO_CACHE_DIR=str(tmp_path)) as url, open_page(browser, url) as page:
         # a bar and a percentage past the tokenizer's 25%: the GGUF's tensors being counted
-        converting = r"/⏳ converting SmolLM2's GGUF once \(≈ 30 s\) [▰▱]{10} (2[6-9]|[3-9]\d)%/"
-        page.wait_for_function(f"() => {converting}.test({READY_TEXT})", timeout=120_000)
+        converting = r"/^Run \(converting the model once: (2[6-9]|[3-9]\d)%\)$/"
+        page.wait_for_function(f"() => {converting}.test({RUN_LABEL})", timeout=120_000)
         set_number(page, "Max new tokens", 8)
         page.locator("#run-btn").click()
         wait_status(page, "converting SmolLM2's GGUF once", timeout=60_000)  # the click queues behind it
@@ -238,8 +238,9 @@ def test_a_fresh_cache_converts_the_gguf_at_launch_and_says_how_far_it_is(browse
 
 
 def test_the_start_pair_is_ready_before_the_first_click(page):
-    """Once the line under Run says ready, the first race loads nothing: its status never says loading."""
-    page.wait_for_function(f"() => {READY_TEXT}.includes('✓ ready')", timeout=300_000)
+    """Once the Run button says just Run, the first race loads nothing: its status never says loading."""
+    page.wait_for_timeout(1500)  # the button follows the loading from the timer's first tick
+    page.wait_for_function(f"() => {RUN_LABEL} === 'Run'", timeout=300_000)
     set_number(page, "Max new tokens", 8)
     page.locator("#run-btn").click()
     seen = set()

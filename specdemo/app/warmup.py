@@ -1,5 +1,5 @@
-"""The start pair loads in the background as the app launches: the page is served at once, its
-status line follows the loading, and a Run pressed meanwhile waits on the same model thread (it
+"""The start pair loads in the background as the app launches: the page is served at once, the Run
+button's label follows the loading, and a Run pressed meanwhile waits on the same model thread (it
 queues behind the loading and then finds the pair in the cache)."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from specdemo.app import model_thread
-from specdemo.app.settings import Settings, friendly, loading_text, pair_for
+from specdemo.app.settings import Settings, friendly, pair_for
+from specdemo.models import smollm2
 
 _loading: dict[str, object] = {}  # "settings", "future": the one warm-up of this process
 
@@ -20,12 +21,15 @@ def start(preset: str) -> Future:
 
 
 def status() -> tuple[str, bool]:
-    """(the line to show, whether the warm-up is over)."""
+    """(what the loading is doing, in a few words: "" once it is over; whether it is over). A failure is
+    logged here and said in full by the first Run."""
     future = _loading.get("future")
     if future is None:
         return "", True
     if not future.done():
-        return f"⏳ {loading_text(_loading['settings'])}: Run now starts as soon as it is ready", False
+        converting = _loading["settings"].target_id == smollm2.HUB_ID and smollm2.needs_conversion()
+        done = smollm2.conversion_progress() if converting else None
+        return ("loading the models" if done is None else f"converting the model once: {done:.0%}"), False
     if future.exception() is not None:
-        return f"⚠ the start pair did not load: {friendly(future.exception())}", True
-    return "✓ ready", True
+        friendly(future.exception())  # the log's line
+    return "", True

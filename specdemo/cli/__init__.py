@@ -41,6 +41,7 @@ COMMANDS = {
     "bench": bench.cmd_bench,
     "precision": tools.cmd_precision,
     "profile": tools.cmd_profile,
+    "report": tools.cmd_report,
     "serve-vllm": tools.cmd_serve_vllm,
 }
 

@@ -53,6 +53,8 @@ def add_parsers(sub) -> None:
     )
     prof.add_argument("--gpu", choices=["H200", "A100-80GB", "L4"], default="H200", help="--cost-model's GPU")
     prof.add_argument("--out", type=Path, default=None, help="--cost-model: also write the predictions as JSON")
+    report = sub.add_parser("report", help="rewrite README.md's results and docs/benchmarks.md from the results files")
+    report.add_argument("--run", action="store_true", help="first measure every results file again on this machine")
     serve = sub.add_parser("serve-vllm", help="start a vLLM baseline and a vLLM speculative server for the race")
     serve.add_argument("--preset", choices=list(PRESETS), default=default_preset_name())
     serve.add_argument("--speculative", choices=["ngram", "draft"], default="ngram", help="vLLM's proposer")
@@ -131,6 +133,20 @@ def cmd_profile(args) -> None:
             print(format_profile(f"{name} ({dtype_name(model)}, {result['threads']} threads)", rows), flush=True)
     if args.json:
         print(json.dumps(result))
+
+
+def cmd_report(args) -> None:
+    import shlex
+    import subprocess
+
+    from specdemo.view import report
+
+    if args.run:
+        for name, command in report.SOURCES.items():
+            print(f"measuring {name}: {command}", flush=True)
+            subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=report.ROOT, check=True)
+    for path in report.write():
+        print(f"wrote {path.relative_to(report.ROOT)}")
 
 
 def cmd_serve_vllm(args) -> None:
