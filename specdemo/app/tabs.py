@@ -175,11 +175,10 @@ def methods_table_html(result: dict) -> str:
     for task, best in result["best"].items():
         speed = next(r["speedup"] for r in result["rows"] if r["task"] == task and r["method"] == best)
         rows.append([task, best, f"{speed:.2f}", why_sentence(task, result)])
-    note = (
-        f"{result.get('preset', '')}: ≤ {result['max_new_tokens']} new tokens, greedy, wall clock against the "
-        f"same baseline; γ per method {result.get('gammas', {})}. {result.get('measured', '')}"
-    )
-    return table_html(headers, rows, note, css_class="tasks")
+    note = f"{result.get('preset', '')}: ≤ {result['max_new_tokens']} new tokens, greedy, against the same baseline."
+    gammas = ", ".join(f"{m} {g}" for m, g in result.get("gammas", {}).items())
+    measured = f"γ per method: {gammas}. {result.get('measured', '')}"
+    return table_html(headers, rows, note, css_class="tasks", provenance=measured)
 
 
 def methods_view(preset: str, trace: dict | None = None) -> tuple:

@@ -23,6 +23,6 @@ METHODS_TAB = (
     "Speedup depends on the task more than on anything else. Where the answer copies the prompt "
     "(edit this code, fix this paragraph, answer from this text) prompt lookup drafts for free and wins; "
     "where questions come back (*chat-again*: the chat prompts asked a second time), suffix decoding proposes "
-    "the earlier answers whole; on open-ended text only a draft that knows the target helps. The table was "
-    "measured on the machine named under it; **Re-measure** runs it here, now."
+    "the earlier answers whole; on open-ended text only a draft that knows the target helps. How the table was "
+    "measured is folded under it; **Re-measure** runs it here, now."
 )

@@ -359,9 +359,14 @@ def step_table_html(step, decode, greedy: bool) -> str:
     )
 
 
-def table_html(headers: list[str], rows: list[list[str]], note: str = "", css_class: str = "bench") -> str:
-    """A plain HTML table (scrolls sideways inside its box if it must), with a note under it."""
+def table_html(
+    headers: list[str], rows: list[list[str]], note: str = "", css_class: str = "bench", provenance: str = ""
+) -> str:
+    """A plain HTML table (scrolls sideways inside its box if it must), with a note under it and how it
+    was measured folded away (machine, date, command: for whoever asks, not in the reader's way)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     caption = f"<p class='note'>{html.escape(note)}</p>" if note else ""
+    if provenance:
+        caption += f"<details class='note'><summary>How this was measured</summary>{html.escape(provenance)}</details>"
     return f"<div style='overflow-x:auto'><table class='{css_class}'><tr>{head}</tr>{body}</table></div>{caption}"
