@@ -272,8 +272,15 @@ def test_bench_engines_take_turns_prompt_by_prompt_so_drift_lands_on_all_alike()
             clock["work"] += 1
             return Timed(10, 1.0 + 0.1 * clock["work"])  # each call a little slower than the last
 
+    class Bar:  # tqdm's update(): one tick a generation, so one long prompt still shows progress
+        ticks: list = []
+
+        def update(self):
+            self.ticks.append(len(log))
+
     a, b = Engine("a"), Engine("b")
-    rows = time_interleaved([a, b], [0, 1, 2, 3], repeats=3)
+    rows = time_interleaved([a, b], [0, 1, 2, 3], repeats=3, bar=Bar())
+    assert Bar.ticks == list(range(1, 25))  # 2 engines × 4 prompts × 3 repeats, each as it ends
     assert log[:8] == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2), ("b", 3), ("a", 3)]
     assert a.starts == b.starts == 3
     ratio = rows[0].seconds / rows[1].seconds

@@ -222,3 +222,15 @@ def test_a_race_on_a_busy_machine_says_its_speedup_moves():
 
     assert "busy machine" in race([0.02] * 30 + [0.06] * 10)
     assert "busy machine" not in race([0.02] * 40)
+
+
+def test_a_run_that_checked_no_draft_says_so_on_sane_axes():
+    """The naive hand-off drafts nothing the target checks: its acceptance plots say so instead of
+    showing empty axes from −1."""
+    naive = [Step(i, emitted=[1], bonus=1, unverified=True) for i in range(4)]
+    for figure in (acceptance_figure(naive), accepted_length_figure(naive)):
+        go.Figure(figure.to_dict())  # valid
+        assert "no drafted token was checked" in figure.layout.annotations[0].text
+        assert tuple(figure.layout.yaxis.range) == (0, 1.05)
+    checked = [Step(0, drafted=[1, 2], accepted=1, correction=3, emitted=[1, 3])]  # the control
+    assert not acceptance_figure(checked).layout.annotations and not accepted_length_figure(checked).layout.annotations

@@ -154,8 +154,8 @@ def time_interleaved(jobs: list[Job], prompts, repeats: int = 1, bar=None, eos=(
             turn = list(zip(jobs, results))
             for job, out in turn if i % 2 == 0 else reversed(turn):
                 out.append(job.once(prompt))
-            if bar is not None:
-                bar.update()
+                if bar is not None:  # one run a tick: a single long prompt still shows progress
+                    bar.update()
         for job, out, kept in zip(jobs, results, trials):
             kept.append((sum(r.wall_s for r in out), out, job.end()))
     rows, reference = [], None
@@ -338,7 +338,7 @@ def run_bench(
             timed.append(TransformersJob(engine, g, target, max_new_tokens, assist, assistant_model=assistant, **pad))
         else:
             timed.append(TransformersJob(engine, g, target, max_new_tokens, prompt_lookup_num_tokens=g, **pad))
-    bar = tqdm(total=repeats * len(prompts), desc="bench", unit="prompt", disable=not progress)
+    bar = tqdm(total=repeats * len(prompts) * len(timed), desc="bench", unit="run", disable=not progress)
     rows = time_interleaved(timed, prompts, repeats, bar, eos)
     bar.close()
     result = summarise(rows, str(target.device))

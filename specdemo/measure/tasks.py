@@ -105,8 +105,10 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
     suffix_methods = [m for m, (_, _, engine_method) in drafters.items() if registry.get(engine_method).suffix_store]
     again = "chat" in tasks and bool(suffix_methods)
     rows, best, stores = [], {}, {}
-    total = sum(len(prompts) for prompts in tasks.values()) + (len(tasks["chat"]) if again else 0)
-    bar = tqdm(total=total, desc="methods × tasks", unit="prompt", disable=not progress)
+    # one tick per generation: every prompt runs the baseline and each method
+    total = sum(len(prompts) for prompts in tasks.values()) * (1 + len(drafters))
+    total += len(tasks["chat"]) * (1 + len(suffix_methods)) if again else 0
+    bar = tqdm(total=total, desc="methods × tasks", unit="run", disable=not progress)
 
     def measure(task, prompts, methods):
         alone = lambda p: baseline_steps(target, p, base_cfg, eos)

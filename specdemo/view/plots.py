@@ -21,7 +21,8 @@ def _base_layout(title: str, x: str, y: str, height: int) -> dict:
         height=height,
         margin=dict(l=50, r=20, t=40, b=40),
         uirevision="keep",  # live updates keep the user's zoom and do not flicker
-        legend=dict(orientation="h", y=-0.25),
+        # above the plot, right of the title: below it, it ran into the x axis's title
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
         template=_TEMPLATE,
     )
 
@@ -39,6 +40,15 @@ def _live_figure(traces: list[dict], title: str, x: str, y: str, **layout) -> go
     validation (``_validate=False``): validating costs ~10 ms a figure, a live race redraws
     several a second. tests/test_render_plots.py validates every one of them instead."""
     return go.Figure(data=traces, layout=_base_layout(title, x, y, 280) | layout, _validate=False)
+
+
+def _nothing_checked(figure: go.Figure) -> go.Figure:
+    """A run that drafted nothing checked (the naive hand-off, or a stop at once): say so, on sane axes."""
+    figure.layout.annotations = [
+        dict(text="no drafted token was checked in this run", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    ]
+    figure.layout.xaxis.range, figure.layout.yaxis.range = [0, 1], [0, 1.05]
+    return figure
 
 
 def _hline(y: float) -> dict:
@@ -91,7 +101,7 @@ def acceptance_figure(spec: Sequence, server: Sequence[tuple[int, float]] | None
     ]
     figure = _live_figure(traces, "Acceptance per step", "step", "accepted / drafted")
     figure.layout.yaxis.range = [0, 1.05]
-    return figure
+    return figure if steps else _nothing_checked(figure)
 
 
 def accepted_length_figure(spec: Sequence) -> go.Figure:
@@ -106,7 +116,8 @@ def accepted_length_figure(spec: Sequence) -> go.Figure:
         type="bar", x=xs, y=[counts.get(x, 0) for x in xs], marker=dict(color=COLOURS["speculative"]), name="steps"
     )
     axis = dict(title=dict(text="accepted drafts"), dtick=1)  # whole counts
-    return _live_figure([bars], "Accepted tokens per step", "accepted drafts", "steps", xaxis=axis)
+    figure = _live_figure([bars], "Accepted tokens per step", "accepted drafts", "steps", xaxis=axis)
+    return figure if counts else _nothing_checked(figure)
 
 
 def baseline_time_for(base: Sequence, tokens: int) -> float | None:
