@@ -174,3 +174,16 @@ def test_the_target_asks_itself_new_instructions_for_its_training_data(pair):
     assert asked and len(set(asked)) == len(asked)
     assert all(worth_asking(text, held) for text in asked) and {t.lower() for t in asked} <= taken
     assert ask_instructions(pair.target, pair.tokenizer, 8, seed=3, taken=taken) == []  # the same draw: all taken
+
+
+def test_a_method_that_copies_says_it_may_copy_the_hidden_chat_template():
+    """Prompt lookup's struck drafts can come from the system text the template adds (“trained by Hugging
+    Face”), which the pane does not echo: the status line says so; the draft model copies nothing."""
+    from specdemo.app.settings import Settings, prepare
+    from specdemo.decoding import methods
+
+    for name, said in (("prompt-lookup", True), ("hybrid", True), ("draft", False)):
+        s = Settings.from_preset("smollm2-135m", method_label=methods.get(name).label)
+        assert ("chat template's system text" in prepare(s).note) == said, name
+    plain = Settings.from_preset("smollm2-135m", method_label=methods.get("prompt-lookup").label, chat_template=False)
+    assert "chat template" not in prepare(plain).note  # the control: no template, nothing hidden

@@ -250,6 +250,11 @@ def prepare(s: Settings) -> Prepared:
     if lowercases(target_id) and prompt != prompt.lower():
         prompt = prompt.lower()
         notes.append("this pair knows lower-case stories only, so the prompt was lower-cased")
+    method = methods.get(config.method)
+    templated = s.chat_template and getattr(pair.tokenizer, "chat_template", None)
+    if templated and method.runner == "specdemo" and (method.suffix_store or not method.draft_model):
+        # it copies from what the model reads, which is more than the prompt the pane echoes
+        notes.append(f"{method.short} also copies from the chat template's system text, which the pane leaves out")
     if config.steps == "compiled" and (problem := capture_problem(pair.target)):
         config = replace(config, steps="static")  # both sides alike, as ever
         notes.append(f"static steps instead of compiled ones: {problem}")
