@@ -53,6 +53,7 @@ def places() -> dict[str, bool]:
         cli.build_parser().parse_args(["generate", "--help"])
     return {
         "--help": "repeat-last" in shown.getvalue(),
+        "described": TOY.description in " ".join(shown.getvalue().split()),  # --method's help, unwrapped
         "dropdown": TOY.label in [value for _, value in method_choices()],
         "bench": TOY.engine in all_engines(),
         "tasks": TOY.name in task_method_names(),

@@ -27,7 +27,12 @@ from specdemo.view.render import token_spans, tokens_ansi
 def add_parsers(sub) -> None:
     gen = sub.add_parser("generate", help="baseline vs speculative on one prompt")
     add_model_args(gen)
-    gen.add_argument("--method", choices=methods.names(runner="specdemo"), default=methods.DRAFT.name)
+    gen.add_argument(
+        "--method",
+        choices=methods.names(runner="specdemo"),
+        default=methods.DRAFT.name,
+        help="; ".join(f"{n}: {methods.get(n).description}" for n in methods.names(runner="specdemo")),
+    )
     gen.add_argument("--gamma", type=int, default=None, help="draft length (default: the preset's best γ)")
     gen.add_argument("--schedule", choices=["constant", "heuristic"], default="constant")
     gen.add_argument("--min-confidence", type=float, default=0.0, help="draft-confidence stop (0 = off)")
