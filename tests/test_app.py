@@ -4,6 +4,7 @@ through gradio_client, and the contract a ZeroGPU Space imposes (everything pick
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import pickle
@@ -98,7 +99,7 @@ def test_closing_the_race_stops_it_at_its_next_step():
 def test_tree_method_runs_in_the_app():
     out = last_race_output(method_label="token tree")
     assert out["status"].startswith("✓ done") and "✓" in out["summary"]
-    assert any(step["tree_parents"] for step in out["trace"]["contender"])
+    assert any(step["tree_parents"] for step in out["trace"]["speculative"])
     sampled = last_race_output(method_label="token tree", temperature=1.0, seed=1)["speculative_pane"]
     assert "kept with probability p′(x)" in sampled and "min(1, p/q)" not in sampled  # the tree's own rule
 
@@ -217,7 +218,11 @@ def test_trace_export_and_replay_without_a_model(tmp_path):
     path = sessions.export_trace(trace, "session-1")
     replayed = dict(zip(RACE_OUTPUTS, list(race_tab.replay(path))[-1]))
     assert "no model ran" in replayed["status"] and "tok-accepted" in replayed["speculative_pane"]
-    assert replayed["trace"]["contender"] == trace["contender"]
+    assert replayed["trace"]["speculative"] == trace["speculative"]
+    older = tmp_path / "older.json"  # a trace downloaded before the side was renamed still replays
+    data = json.loads(open(path).read())
+    older.write_text(json.dumps({k if k != "speculative" else "contender": v for k, v in data.items()}))
+    assert "tok-accepted" in dict(zip(RACE_OUTPUTS, list(race_tab.replay(str(older)))[-1]))["speculative_pane"]
     bad = tmp_path / "bad.json"
     bad.write_text('{"hello": 1}')
     assert "not a specdemo trace" in list(race_tab.replay(str(bad)))[-1][RACE_OUTPUTS.index("status")]
@@ -243,7 +248,7 @@ def test_step_inspector_handles_a_one_step_run_and_a_stopped_one():
     assert len(session["steps"]) == 1 and "Finished" in html and "⚠" not in html
     assert slider["maximum"] > slider["minimum"]
     assert inspector.stepper_next(session)[1] == html  # stays on the last step
-    stopped = last_race_output(max_new_tokens=1)["trace"] | {"contender": []}
+    stopped = last_race_output(max_new_tokens=1)["trace"] | {"speculative": []}
     assert "stopped before its first step" in inspector.inspect_last(stopped)[1]
 
 
@@ -521,7 +526,7 @@ def test_a_race_stopped_before_any_step_has_nothing_to_compare():
 
 def test_sampled_panes_do_not_flag_differences_and_say_why():
     sampled = last_race_output(temperature=0.8, seed=3)
-    sides = [[t for step in sampled["trace"][side] for t in step["emitted"]] for side in ("baseline", "contender")]
+    sides = [[t for step in sampled["trace"][side] for t in step["emitted"]] for side in ("baseline", "speculative")]
     assert sides[0] != sides[1]  # the two samples do differ…
     assert "differs from the baseline here" not in sampled["speculative_pane"]  # …and no token is flagged
     assert "both sides draw their own random tokens" in sampled["summary"]

@@ -105,7 +105,7 @@ def test_legend_names_every_colour():
 
 
 def test_summary_reports_identity_and_savings():
-    state = RaceState("draft", greedy=True, baseline=base_steps(), contender=spec_steps())
+    state = RaceState("draft", greedy=True, baseline=base_steps(), speculative=spec_steps())
     s = state.summary()
     assert s["identical_so_far"] and s["target_forwards_saved"] == 3
     assert s["acceptance_rate"] == 3 / 5 and s["mean_accepted_tokens"] == 2.5
@@ -217,7 +217,7 @@ def test_a_race_on_a_busy_machine_says_its_speedup_moves():
     def race(times):
         base = [Step(i, emitted=[1], verify_s=t) for i, t in enumerate(times)]
         spec = [Step(i, drafted=[1], accepted=1, emitted=[1, 1], verify_s=0.03) for i in range(20)]
-        state = RaceState("draft", True, baseline=base, contender=spec, done=True)
+        state = RaceState("draft", True, baseline=base, speculative=spec, done=True)
         return summary_html(state.summary(), greedy=True, lossless=True)
 
     assert "busy machine" in race([0.02] * 30 + [0.06] * 10)

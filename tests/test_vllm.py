@@ -97,7 +97,7 @@ def test_a_race_summary_before_the_server_has_drafted_shows_a_dash():
     from specdemo.view.render import summary_html
 
     steps = list(vllm.delta_steps(iter([([5], 0.1), ([6], 0.1)]), speculative_tokens=4))
-    state = RaceState("vllm", True, baseline=steps, contender=steps)
+    state = RaceState("vllm", True, baseline=steps, speculative=steps)
     state.server_counters = {"acceptance_rate": None, "alpha_per_position": []}  # no proposal yet
     summary = state.summary()
     assert summary["acceptance_rate"] is None and "limited_by" not in summary
@@ -113,7 +113,7 @@ def test_a_race_of_two_engines_names_its_sides_everywhere():
     from specdemo.view.render import pane_titles, summary_html
 
     served = list(vllm.delta_steps(iter([([5], 0.1), ([6, 7], 0.1)]), speculative_tokens=2))
-    state = RaceState("vllm-vs-specdemo", True, baseline=served, contender=served, done=True)
+    state = RaceState("vllm-vs-specdemo", True, baseline=served, speculative=served, done=True)
     state.server_counters = {"acceptance_rate": 0.5, "alpha_per_position": [0.5, 0.5]}
     summary = state.summary()
     assert summary["server_acceptance_rate"] == 0.5 and "limited_by" not in summary
@@ -168,7 +168,7 @@ def test_a_missed_counters_poll_mid_race_is_skipped_and_the_last_read_must_answe
     monkeypatch.setattr(vllm, "both_servers_steps", race_steps([None, 2] + [None] * (polls - 2) + [3]))
     states = list(live.vllm_race(pair, [1, 2], DecodeConfig(max_new_tokens=8, method="vllm"), lambda: False, urls))
     assert states[-1].done and states[-1].server_counters["acceptance_rate"] == pytest.approx(3 / k)
-    assert len(states[-1].contender) == len(rec["deltas"])
+    assert len(states[-1].speculative) == len(rec["deltas"])
 
     monkeypatch.setattr(vllm, "both_servers_steps", race_steps([2] * polls + [None]))  # control: the last read fails
     with pytest.raises(vllm.BackendError, match="gave no /metrics"):
@@ -361,8 +361,8 @@ def test_vllms_speculative_server_races_specdemos_own_engine(servers, smollm2_ta
     assert summary["sides"][:2] == ("vLLM speculative", "specdemo speculative") and "limited_by" not in summary
     assert 0 < summary["server_acceptance_rate"] < 1  # vLLM's, from its /metrics
     # specdemo's own acceptance, from its steps (it sees its rejections), not the server's
-    assert summary["acceptance_rate"] == acceptance_rate(final.contender)
-    assert any(s.accepted < len(s.drafted) for s in final.contender)
+    assert summary["acceptance_rate"] == acceptance_rate(final.speculative)
+    assert any(s.accepted < len(s.drafted) for s in final.speculative)
     settings = Settings.from_preset(
         "smollm2-135m",
         prompt=PROMPT,
@@ -390,7 +390,7 @@ def test_the_race_reads_acceptance_from_the_servers_counters(servers, smollm2_ta
     assert final.done and final.tokens("baseline") == final.tokens("speculative")
     # the stream alone would say 100% (it never shows a rejected draft); the counters say less
     assert 0 < summary["acceptance_rate"] == final.server_counters["acceptance_rate"] < 1
-    assert final.server_acceptance[-1] == (len(final.contender), summary["acceptance_rate"])
+    assert final.server_acceptance[-1] == (len(final.speculative), summary["acceptance_rate"])
 
 
 @pytest.mark.vllm

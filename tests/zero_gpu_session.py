@@ -46,7 +46,7 @@ suffix_story = story | {"method_label": "suffix decoding (prompt + earlier answe
 forwards = []
 for _ in range(2):
     trace = dict(zip(RACE_OUTPUTS, list(app.run(None, **suffix_story))[-1]))["trace"]
-    forwards.append(len(trace["contender"]))
+    forwards.append(len(trace["speculative"]))
 out["suffix_forwards"] = forwards
 other = story | {"target_id": "Qwen/Qwen2.5-7B-Instruct"}  # not loaded at start
 out["not_preloaded"] = dict(zip(RACE_OUTPUTS, list(app.run(None, **other))[-1]))["status"]

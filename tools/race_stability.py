@@ -26,7 +26,7 @@ def estimators(trace: dict) -> dict:
     from specdemo.measure.metrics import steady_speedup, step_jitter, tokens_per_second
 
     base = [Step.from_dict(d) for d in trace["baseline"]]
-    spec = [Step.from_dict(d) for d in trace["contender"]]
+    spec = [Step.from_dict(d) for d in trace["speculative"]]
     return {
         "sum": tokens_per_second(spec) / tokens_per_second(base),
         "steady": steady_speedup(base, spec),

@@ -75,11 +75,11 @@ def stepper_next(session: dict | None) -> tuple:
 def inspect_last(trace: dict | None) -> tuple:
     if not trace:
         return None, "<p>Run once first: the last run's steps appear here.</p>", None, KEEP
-    if not trace["contender"]:
+    if not trace["speculative"]:
         return None, "<p>The last run stopped before its first step: run again.</p>", None, KEEP
     state, _, _ = traces.from_trace(trace)
     texts = {int(k): v for k, v in trace["token_text"].items()}
-    return stepper_show({"steps": state.contender, "texts": texts, "greedy": state.greedy, "shown": 0})
+    return stepper_show({"steps": state.speculative, "texts": texts, "greedy": state.greedy, "shown": 0})
 
 
 def inspector_goto(session: dict | None, index) -> tuple:

@@ -1,4 +1,4 @@
-"""A live side-by-side run: baseline vs a contender, as a stream of growing states.
+"""A live side-by-side run: baseline vs a speculative, as a stream of growing states.
 
 The app turns each state into components; this module knows nothing of gradio.
 """
@@ -34,13 +34,13 @@ def run_race(
         yield from vllm_race(pair, prompt_ids, config, cancel, vllm_urls or vllm.configured_urls())
         return
     if method.runner == "naive":
-        contender = naive_handoff_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
+        speculative = naive_handoff_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
     else:
-        contender = decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
+        speculative = decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
     baseline = baseline_steps(pair.target, prompt_ids, config, pair.eos, cancel)
     state = RaceState(config.method, config.sampling.greedy, dtype=dtype_name(pair.target))
-    for side, step in interleave(baseline, contender):
-        (state.baseline if side == "baseline" else state.contender).append(step)
+    for side, step in interleave(baseline, speculative):
+        (state.baseline if side == "baseline" else state.speculative).append(step)
         yield state
     state.done = True
     yield state
@@ -59,13 +59,13 @@ def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, st
     method = config.method
     both_servers = methods.get(method).runner == "vllm"
     if both_servers:
-        baseline, contender, counters = vllm.both_servers_steps(
+        baseline, speculative, counters = vllm.both_servers_steps(
             urls["baseline"], urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel
         )
     else:
         baseline, counters = vllm.server_steps(urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel)
         mine = replace(config, method=methods.DRAFT.name)  # specdemo's side: the draft model's chain
-        contender = decode_steps(pair.target, pair.draft, prompt_ids, mine, pair.eos, cancel)
+        speculative = decode_steps(pair.target, pair.draft, prompt_ids, mine, pair.eos, cancel)
     state = RaceState(method, True, dtype="float32" if both_servers else dtype_name(pair.target))
 
     def read_counters(mid_race: bool = False):  # the live acceptance: vLLM's counters so far
@@ -80,12 +80,12 @@ def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, st
             "alpha_per_position": delta.alpha_per_position,
         }
         if delta.acceptance_rate is not None:
-            server_side = state.contender if both_servers else state.baseline
+            server_side = state.speculative if both_servers else state.baseline
             state.server_acceptance.append((len(server_side), delta.acceptance_rate))
 
     last = time.perf_counter()
-    for side, step in interleave(baseline, contender):
-        (state.baseline if side == "baseline" else state.contender).append(step)
+    for side, step in interleave(baseline, speculative):
+        (state.baseline if side == "baseline" else state.speculative).append(step)
         if time.perf_counter() - last >= COUNTERS_EVERY_S:
             last = time.perf_counter()
             read_counters(mid_race=True)
@@ -134,7 +134,7 @@ class LiveRace:
         return replace(
             state,
             baseline=list(state.baseline),
-            contender=list(state.contender),
+            speculative=list(state.speculative),
             server_acceptance=list(state.server_acceptance),
         )
 

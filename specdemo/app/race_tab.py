@@ -74,7 +74,7 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
     right = right if state.lossless else f"{state.method} (not lossless)"
     mark = state.first_difference() if state.greedy and state.lossless else None
     if figures in ("all", "live"):
-        base, spec = state.baseline, state.contender
+        base, spec = state.baseline, state.speculative
         vllm_both = state.about.runner == "vllm"
         server = state.server_acceptance if state.server_counters is not None and vllm_both else None
         live = (
@@ -85,7 +85,7 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
     else:
         live = (KEEP,) * 3
     rest = (
-        (accepted_length_figure(state.contender), time_breakdown_figure(state.contender))
+        (accepted_length_figure(state.speculative), time_breakdown_figure(state.speculative))
         if figures == "all"
         else (KEEP,) * 2
     )
@@ -94,7 +94,7 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
         baseline_title=titles[0],
         speculative_title=titles[1],
         baseline_pane=tokens_html(token_spans(state.baseline, decode, mark=mark), state.greedy, prompt),
-        speculative_pane=tokens_html(token_spans(state.contender, decode, reference, mark), state.greedy, prompt),
+        speculative_pane=tokens_html(token_spans(state.speculative, decode, reference, mark), state.greedy, prompt),
         summary=summary_html(state.summary(), state.greedy, state.lossless),
         **dict(zip(("race_plot", "speedup_plot", "acceptance_plot"), live)),
         **dict(zip(("histogram_plot", "breakdown_plot"), rest)),
@@ -193,7 +193,8 @@ def remember_answer(outputs: tuple) -> None:
     trace = dict(zip(RACE_OUTPUTS, outputs)).get("trace")
     method = methods.REGISTRY.get(trace.get("method")) if isinstance(trace, dict) else None
     if method and method.suffix_store:
-        shared_store(trace.get("vocabulary", "")).remember([t for step in trace["contender"] for t in step["emitted"]])
+        answer = [t for step in trace["speculative"] for t in step["emitted"]]
+        shared_store(trace.get("vocabulary", "")).remember(answer)
 
 
 def token_counts(state: RaceState) -> str:
@@ -222,13 +223,13 @@ def replay(path: str) -> Iterator[tuple]:
         return
     prompt = settings.get("prompt", "")
     events = sorted(
-        [(s.elapsed_s, "b", s) for s in state.baseline] + [(s.elapsed_s, "s", s) for s in state.contender],
+        [(s.elapsed_s, "b", s) for s in state.baseline] + [(s.elapsed_s, "s", s) for s in state.speculative],
         key=lambda e: e[0],
     )
     shown = RaceState(state.method, state.greedy, dtype=state.dtype)
     start = last = time.perf_counter()
     for t, side, step in events:
-        (shown.baseline if side == "b" else shown.contender).append(step)
+        (shown.baseline if side == "b" else shown.speculative).append(step)
         time.sleep(max(0.0, min(t, 30.0) - (time.perf_counter() - start)))  # the recorded clock
         if time.perf_counter() - last >= PANES_EVERY_S:
             last = time.perf_counter()

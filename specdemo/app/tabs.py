@@ -67,10 +67,10 @@ def benchmark(s: Settings, gammas: str = "1,2,3,4,6,8", repeats: int = 1, with_t
 def measured_point(trace: dict | None) -> dict | None:
     """α, γ, c, τ and speedup of the last run, for the theory tab."""
     method = methods.REGISTRY.get(trace["method"]) if trace else None
-    if not method or not method.lossless or method.sides != DEFAULT_SIDES or not trace["contender"]:
+    if not method or not method.lossless or method.sides != DEFAULT_SIDES or not trace["speculative"]:
         return None  # (not speculative decoding, or one engine against another: no target-alone step)
     state, _, settings = traces.from_trace(trace)
-    spec, base = state.contender, state.baseline
+    spec, base = state.speculative, state.baseline
     drafted = sum(len(s.drafted) for s in spec[1:])
     t_d = sum(s.draft_s for s in spec[1:]) / drafted if drafted else 0.0
     t_t = sorted(s.verify_s for s in base[1:])[len(base[1:]) // 2] if len(base) > 1 else 0.0

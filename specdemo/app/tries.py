@@ -45,7 +45,7 @@ def keep_try(tries: list[dict] | None, trace: dict | None) -> list[dict]:
     """Add the last race to this prompt's list (a new prompt or pair starts a new list; a race
     that failed before its first step adds nothing: the last trace is still the earlier race's)."""
     tries = list(tries or [])
-    if not isinstance(trace, dict) or not trace.get("contender"):
+    if not isinstance(trace, dict) or not trace.get("speculative"):
         return tries
     row = tried_row(trace)
     if tries and tries[-1] == row:

@@ -246,13 +246,13 @@ def naive_handoff_steps(
         yield step
 
 
-def interleave(baseline: Iterator[Step], contender: Iterator[Step]) -> Iterator[tuple[str, Step]]:
+def interleave(baseline: Iterator[Step], speculative: Iterator[Step]) -> Iterator[tuple[str, Step]]:
     """Interleave two step streams in one thread, each step timed alone.
 
     The side whose own compute clock is behind runs next, so at every moment both sides have
     spent about the same compute time: what each has written is what it would have written by
     then running alone. Yields ("baseline" | "speculative", step)."""
-    streams = {"baseline": baseline, "speculative": contender}
+    streams = {"baseline": baseline, "speculative": speculative}
     clocks = {"baseline": 0.0, "speculative": 0.0}
     while streams:
         side = min(streams, key=clocks.get)

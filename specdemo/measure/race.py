@@ -35,7 +35,7 @@ class RaceState:
     method: str
     greedy: bool
     baseline: list[Step] = field(default_factory=list)
-    contender: list[Step] = field(default_factory=list)
+    speculative: list[Step] = field(default_factory=list)
     done: bool = False
     dtype: str = "float32"  # the target's weights: where greedy outputs may differ, this is why
     # A vLLM race: the speculative server's /metrics deltas (drafts, draft tokens, accepted, α per
@@ -52,20 +52,20 @@ class RaceState:
         return methods.get(self.method)
 
     def tokens(self, side: str) -> list[int]:
-        steps = self.baseline if side == "baseline" else self.contender
+        steps = self.baseline if side == "baseline" else self.speculative
         return [t for s in steps for t in s.emitted]
 
     @property
     def compute_s(self) -> float:
         """Both sides' own compute clocks added up: the race's time with nothing else running."""
-        return sum(steps[-1].elapsed_s for steps in (self.baseline, self.contender) if steps)
+        return sum(steps[-1].elapsed_s for steps in (self.baseline, self.speculative) if steps)
 
     def first_difference(self) -> int | None:
         """Index of the first token where the two outputs differ so far (None: none yet)."""
         return first_difference(self.tokens("baseline"), self.tokens("speculative"))
 
     def summary(self) -> dict:
-        base, spec = self.baseline, self.contender
+        base, spec = self.baseline, self.speculative
         base_tps, spec_tps = tokens_per_second(base), tokens_per_second(spec)
         spec_tokens = sum(len(s.emitted) for s in spec)
         base_tokens = sum(len(s.emitted) for s in base)

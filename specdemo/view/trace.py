@@ -51,9 +51,9 @@ def to_trace(state: RaceState, settings: dict, decode, device: str = "cpu") -> d
         "dtype": state.dtype,
         # in the JSON form the file holds (tuples become lists), so a trace equals its own replay
         "baseline": json.loads(json.dumps([s.to_dict() for s in state.baseline])),
-        "contender": json.loads(json.dumps([s.to_dict() for s in state.contender])),
+        "speculative": json.loads(json.dumps([s.to_dict() for s in state.speculative])),
         "summary": state.summary(),
-        "token_text": {str(i): decode(i) for i in sorted(used_ids(state.baseline + state.contender))},
+        "token_text": {str(i): decode(i) for i in sorted(used_ids(state.baseline + state.speculative))},
         "versions": library_versions(),
         "device": device,
     }
@@ -72,7 +72,9 @@ def from_trace(data: dict | str):
             raise InputError("this file is not a specdemo trace (or one of another version)")
         if data["method"] not in methods.REGISTRY:
             raise InputError(f"the trace names an unknown method {data['method']!r}")
-        steps = {side: [Step.from_dict(d) for d in data[side]] for side in ("baseline", "contender")}
+        if "speculative" not in data and "contender" in data:  # the side's name in traces downloaded before
+            data = data | {"speculative": data["contender"]}
+        steps = {side: [Step.from_dict(d) for d in data[side]] for side in ("baseline", "speculative")}
         texts = {int(k): v for k, v in data["token_text"].items()}
     except InputError:
         raise
@@ -82,7 +84,7 @@ def from_trace(data: dict | str):
         data["method"],
         bool(data["greedy"]),
         steps["baseline"],
-        steps["contender"],
+        steps["speculative"],
         done=True,
         dtype=str(data.get("dtype", "float32")),
     )
