@@ -2,11 +2,13 @@
 cores) and N times without a browser, in one process, each race's per-step records kept.
 
     python -m tools.race_stability --runs 5 --tokens 96 [--gamma 1] [--out docs/results/race_stability.json]
+    python -m tools.race_stability --runs 6 --updates 0.125/1,0.5/2   # the page's update rates, A/B in turns
 
 Prints, for each way and each estimator, the speedups of the N runs, their spread (max / min) and
 their mean against the no-browser mean: "sum" is what the race summed its step clocks to, "steady"
 what ``measure.metrics.steady_speedup`` reads off the same steps. Needs chromium (Debian's) and the
-default preset's models.
+default preset's models. ``--updates PANES/FIGURES,…``: the seconds between the race's pane updates and
+figure updates; the browser's runs take the settings in turns (an interleaved A/B), reported apart.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def estimators(trace: dict) -> dict:
     }
 
 
-def browser_runs(url: str, settings, runs: int, recorded: list) -> list[dict]:
+def browser_runs(url: str, settings, runs: int, recorded: list, before_run=lambda i: None) -> list[dict]:
     from playwright.sync_api import sync_playwright
 
     out = []
@@ -54,7 +56,8 @@ def browser_runs(url: str, settings, runs: int, recorded: list) -> list[dict]:
             field.fill(str(value))
             field.press("Enter")
         time.sleep(1.0)  # the method's own γ is set on change: ours is typed after it
-        for _ in range(runs):
+        for i in range(runs):
+            before_run(i)
             before = len(recorded)
             if page.locator("#settings > button.label-wrap.open").count() == 0:
                 page.locator("#settings > button.label-wrap").click()
@@ -102,7 +105,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--gamma", type=int, default=1)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--updates", default="", help="PANES/FIGURES seconds, comma-separated: A/B in turns")
     args = parser.parse_args()
+    rates = [tuple(float(x) for x in r.split("/")) for r in args.updates.split(",") if r]
 
     import app
     from specdemo.app import race_tab
@@ -130,7 +135,17 @@ def main() -> None:
     race_tab.stream = recording
     _, url, _ = app.launch(prevent_thread_lock=True, quiet=True)
     quiet_runs(settings, 1)  # warm-up: loads the pair
-    rows = {"no browser": quiet_runs(settings, args.runs), "browser": browser_runs(url, settings, args.runs, recorded)}
+    rows = {"no browser": quiet_runs(settings, args.runs)}
+    if rates:
+
+        def set_rate(i: int) -> None:
+            race_tab.PANES_EVERY_S, race_tab.PLOTS_EVERY_S = rates[i % len(rates)]
+
+        runs = browser_runs(url, settings, args.runs * len(rates), recorded, set_rate)
+        for k, (panes, plots) in enumerate(rates):
+            rows[f"browser, updates every {panes}/{plots} s"] = runs[k :: len(rates)]
+    else:
+        rows["browser"] = browser_runs(url, settings, args.runs, recorded)
     app.demo.close()
     reference = describe(rows["no browser"], {})
     result = {way: describe(r, {k: v["mean"] for k, v in reference.items()}) for way, r in rows.items()}

@@ -112,7 +112,7 @@ def stability_table() -> str:
     d = load("docs/results/race_stability.json")
     s = d["setting"]
     rows = []
-    for way in ("no browser", "browser"):
+    for way in (k for k in d if k != "setting"):
         for estimator in ("sum", "steady"):
             runs = d[way][estimator]["runs"]
             rows.append([way, estimator, f"{min(runs):.2f}–{max(runs):.2f}×", f"{d[way]['jitter']['mean']:.2f}"])
