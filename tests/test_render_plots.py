@@ -234,3 +234,21 @@ def test_a_run_that_checked_no_draft_says_so_on_sane_axes():
         assert tuple(figure.layout.yaxis.range) == (0, 1.05)
     checked = [Step(0, drafted=[1, 2], accepted=1, correction=3, emitted=[1, 3])]  # the control
     assert not acceptance_figure(checked).layout.annotations and not accepted_length_figure(checked).layout.annotations
+
+
+def test_the_speedup_reads_each_sides_typical_step_and_says_when_the_summed_clocks_differ():
+    """A few baseline steps slowed by something else on the cores move the summed clocks, not the
+    headline (each side's steps after the first, the slowest tenth left out); the summary then shows
+    both. The control: even steps, one figure."""
+
+    def race(slow: int):
+        base = [Step(i, emitted=[1], verify_s=0.03 * (5 if 0 < i <= slow else 1)) for i in range(21)]
+        spec = [Step(i, drafted=[1], accepted=1, emitted=[1, 1], verify_s=0.03) for i in range(21)]
+        state = RaceState("draft", True, baseline=base, speculative=spec, done=True)
+        return state.summary()
+
+    interfered, quiet = race(2), race(0)
+    assert interfered["speedup"] == pytest.approx(2.0) and interfered["summed_speedup"] > 2.5
+    assert "summed clocks" in summary_html(interfered, greedy=True, lossless=True)
+    assert quiet["speedup"] == pytest.approx(quiet["summed_speedup"]) == pytest.approx(2.0)
+    assert "summed clocks" not in summary_html(quiet, greedy=True, lossless=True)

@@ -206,6 +206,16 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
         (right, f"{summary['speculative_tokens_per_second']:.1f} tokens/s", right_means),
         ("speedup", speedup_text(summary), ratio),
     ]
+    summed = summary.get("summed_speedup")
+    if summary.get("done") and summed and not summary.get("too_short") and abs(summed / summary["speedup"] - 1) > 0.05:
+        rows.append(
+            (
+                "summed clocks",
+                f"{summed:.2f}×",
+                "the two sides' clocks added up (the race plot): some steps ran slow, as when something else uses "
+                "these cores; the speedup above reads each side's typical step",
+            )
+        )
     if summary.get("server_acceptance_rate") is not None:
         rows.append((f"{left}: acceptance", f"{summary['server_acceptance_rate']:.0%}", "from its /metrics"))
     if "acceptance_rate" in summary:
@@ -236,10 +246,10 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
         rows.append(
             (
                 "busy machine",
-                "±20%",
+                "uneven steps",
                 "the target's steps ran unevenly (something else used these cores: a browser on the same machine "
-                "counts), so this speedup moves from run to run; the Benchmark tab, or a run with this page "
-                "closed, gives a steadier figure",
+                "counts); the speedup reads each side's typical step, yet may move a little from run to run: the "
+                "Benchmark tab gives the steadiest figure",
             )
         )
     if why := summary.get("limited_by"):
