@@ -19,6 +19,8 @@ import statistics
 import time
 from dataclasses import replace
 
+from specdemo.recipes.card import machine
+
 SEED_PROMPT = "What is the purpose of life?"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
 
@@ -150,6 +152,7 @@ def main() -> None:
     reference = describe(rows["no browser"], {})
     result = {way: describe(r, {k: v["mean"] for k, v in reference.items()}) for way, r in rows.items()}
     result["setting"] = {"preset": app.PRESET, "method": methods.DRAFT.name, "gamma": args.gamma, "tokens": args.tokens}
+    result["setting"]["measured"] = machine()
     print(json.dumps(result, indent=1))
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:

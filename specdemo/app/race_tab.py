@@ -37,8 +37,8 @@ from specdemo.view.plots import (
 from specdemo.view.render import pane_titles, speedup_text, summary_html, token_spans, tokens_html
 
 # How often the page is redrawn while a race runs: a browser on the same cores redrawing 8 times a second
-# made the target's steps uneven (jitter 2.3) and the speedup move ±10%; twice a second, 1.3 and ±1.5%
-# (tools/race_stability.py --updates, docs/benchmarks.md)
+# made the target's steps uneven (jitter 2.3-2.4) and the typical-step speedup move ±10%; twice a second,
+# jitter 1.3-1.6 and ±6% (two interleaved A/B runs: tools/race_stability.py --updates, docs/benchmarks.md)
 PANES_EVERY_S = 0.5  # panes, summary and status
 PLOTS_EVERY_S = 2.0  # the race, speedup and acceptance figures (the rest at the end)
 

@@ -72,7 +72,8 @@ class RaceState:
         base_tokens = sum(len(s.emitted) for s in base)
         summed = spec_tps / base_tps if base_tps else 0.0
         # the headline: each side's typical step (a step something else on the cores slowed is left out);
-        # the summed clocks moved ±10% between identical races in a browser, this ±1.5% (docs/benchmarks.md)
+        # in a browser on the same cores the summed clocks moved up to ±25% between identical races, this ±6%
+        # (two interleaved A/B runs: docs/benchmarks.md)
         steady = steady_speedup(base, spec) if self.about.runner == "specdemo" else None
         out = {
             "baseline_tokens_per_second": base_tps,

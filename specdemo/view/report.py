@@ -26,7 +26,8 @@ SOURCES = {
     "docs/results/suffix_index.json": "python -m tools.suffix_index_compare --out docs/results/suffix_index.json",
     "docs/results/steps_cpu.json": "python -m tools.steps_compare --out docs/results/steps_cpu.json",
     "docs/results/race_stability.json": (
-        "python -m tools.race_stability --runs 5 --tokens 96 --out docs/results/race_stability.json"
+        "python -m tools.race_stability --runs 5 --tokens 96 --updates 0.125/1,0.5/2 "
+        "--out docs/results/race_stability.json"
     ),
     "docs/results/cost_model.json": "python -m specdemo profile --cost-model --out docs/results/cost_model.json",
 }
@@ -119,8 +120,8 @@ def stability_table() -> str:
     return (
         f"**How steady the race's number is** ({s['preset']}, {s['method']} γ {s['gamma']}, {s['tokens']} tokens, "
         "the same race 5 times each way; *sum*: the step clocks summed, *steady*: trimmed step means; jitter: the "
-        f"target step's 90th percentile over its median). {source('docs/results/race_stability.json')}\n\n"
-        + table(["where", "estimator", "speedups", "jitter"], rows)
+        f"target step's 90th percentile over its median; {s.get('measured', '')}). "
+        f"{source('docs/results/race_stability.json')}\n\n" + table(["where", "estimator", "speedups", "jitter"], rows)
     )
 
 
