@@ -278,7 +278,7 @@ def race_tab_ui() -> Components:
         ui["histogram_plot"] = gr.Plot(label="accepted length", elem_id="histogram-plot")
     ui["breakdown_plot"] = gr.Plot(label="time breakdown", elem_id="breakdown-plot")
     with gr.Row():
-        ui["export_btn"] = gr.DownloadButton("Download the last run (JSON trace)")
+        ui["export_btn"] = gr.DownloadButton("Download the last run (JSON trace)", elem_id="export-btn")
         ui["trace_file"] = gr.File(label="Replay a trace (no model needed)", file_types=[".json"], type="filepath")
     return ui
 
@@ -382,11 +382,13 @@ def wire_race(ui: Components, settings: Components) -> None:
         event.then(tries.after_race, [ui["tried"], ui["trace"]], tries_out, **PRIVATE)
         # the zoo marks the last race (its α and c) among the stored drafters
         event.then(tabs.methods_view, [ui["preset"], ui["trace"]], methods_out, **PRIVATE)
+        # the trace's file is the download button's value once the race ends: one click downloads it
+        event.then(export, ui["trace"], ui["export_btn"], **PRIVATE)
     ui["forget_btn"].click(tabs.forget_answers, None, ui["suffix_note"], **PRIVATE)
     ui["method_label"].change(tabs.gamma_for_method, [ui["method_label"], ui["preset"]], ui["gamma"], **PRIVATE)
-    ui["trace_file"].upload(race_tab.replay, ui["trace_file"], race_outputs, **PRIVATE)
+    replayed = ui["trace_file"].upload(race_tab.replay, ui["trace_file"], race_outputs, **PRIVATE)
+    replayed.then(export, ui["trace"], ui["export_btn"], **PRIVATE)
     ui["stop_btn"].click(stop, None, ui["status"], queue=False, **PRIVATE)
-    ui["export_btn"].click(export, ui["trace"], ui["export_btn"], **PRIVATE)
     ui["preset"].change(preset_fields, ui["preset"], [ui[name] for name in PRESET_OUTPUTS], **PRIVATE)
     ui["example"].change(lambda e: e or KEEP, ui["example"], ui["prompt"], **PRIVATE)
 

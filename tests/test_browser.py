@@ -122,11 +122,16 @@ def status(page) -> str:
 
 
 def wait_status(page, text: str, timeout=300_000):
+    """Wait for ``text`` in the status line; a refusal (⚠) on the way fails at once with its line."""
     try:
-        page.wait_for_function(f"t => {STATUS_TEXT}.includes(t)", arg=text, timeout=timeout, polling="raf")
+        condition = f"t => {STATUS_TEXT}.includes(t) || {STATUS_TEXT}.includes('⚠')"
+        page.wait_for_function(condition, arg=text, timeout=timeout, polling="raf")
     except Exception:
         page.screenshot(path=str(ARTIFACTS / "browser-failure.png"))
         raise AssertionError(f"waited for {text!r}; the status says {status(page)!r}") from None
+    if text not in status(page):  # refused or failed: no use waiting out the timeout
+        page.screenshot(path=str(ARTIFACTS / "browser-failure.png"))
+        raise AssertionError(f"waited for {text!r}; the status says {status(page)!r}")
 
 
 def run_race(page, max_new_tokens: int, timeout=300_000) -> tuple[float, float]:
@@ -265,6 +270,11 @@ def test_the_seed_prompt_races_in_the_race_colours(page):
     assert page.locator(".js-plotly-plot").count() >= 5
     record_overhead("seed prompt, 96 tokens", wall, compute)
     page.screenshot(path=str(ARTIFACTS / "app.png"))  # the README's screenshot
+    page.get_by_role("tab", name="Race").click()
+    page.wait_for_timeout(1000)  # the race's last step (after ✓ done) hands the trace's file to the button
+    with page.expect_download(timeout=30_000) as download:  # one click: the file was ready when the race ended
+        page.locator("#export-btn").click()
+    assert download.value.suggested_filename == "specdemo-trace.json"
     no_error_badge(page)
 
 

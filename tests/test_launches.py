@@ -37,7 +37,7 @@ def test_a_narrow_copy_keeps_the_layers_and_heads_and_so_the_ops():
     twice = step_cost(deeper, 1)
     per_layer = (twice.ops - base.ops) / layers  # the ops grow with the layers, one layer's worth each
     assert per_layer == int(per_layer) > 10 and 0 < base.ops - layers * per_layer < 3 * per_layer
-    assert 0 < twice.library_ops < twice.ops and twice.host_s > base.host_s
+    assert 0 < twice.library_ops < twice.ops and twice.host_s > 0  # a time: measured, never compared in a test
 
 
 def test_bytes_count_a_tied_matrix_once_and_skip_an_untied_input_embedding():
