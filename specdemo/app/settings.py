@@ -217,6 +217,11 @@ def progress_bar(fraction: float, width: int = 10) -> str:
     return "▰" * filled + "▱" * (width - filled)
 
 
+def converting(s: Settings) -> bool:
+    """Whether loading these settings' target first converts SmolLM2's GGUF (once per cache folder)."""
+    return (s.target_id or "").strip() == smollm2.HUB_ID and smollm2.needs_conversion()
+
+
 def loading_text(s: Settings) -> str:
     """What the race waits for before its first step, said on the status line."""
     target_id, draft_id = (s.target_id or "").strip(), (s.draft_id or "").strip()
@@ -226,7 +231,7 @@ def loading_text(s: Settings) -> str:
     )
     if loaded:  # compiled steps: each new shape is captured before the first step (the log says how long)
         return "capturing the steps (torch.compile, once per shape)" if s.steps == "compiled" else "starting"
-    if target_id == smollm2.HUB_ID and smollm2.needs_conversion():
+    if converting(s):
         done = smollm2.conversion_progress()
         bar = "" if done is None else f" {progress_bar(done)} {done:.0%}"
         return f"converting SmolLM2's GGUF once (≈ 30 s){bar}, then loading the pair"

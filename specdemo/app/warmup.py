@@ -7,7 +7,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from specdemo.app import model_thread
-from specdemo.app.settings import Settings, friendly, pair_for
+from specdemo.app.settings import Settings, converting, friendly, pair_for
 from specdemo.models import smollm2
 
 _loading: dict[str, object] = {}  # "settings", "future": the one warm-up of this process
@@ -27,8 +27,7 @@ def status() -> tuple[str, bool]:
     if future is None:
         return "", True
     if not future.done():
-        converting = _loading["settings"].target_id == smollm2.HUB_ID and smollm2.needs_conversion()
-        done = smollm2.conversion_progress() if converting else None
+        done = smollm2.conversion_progress() if converting(_loading["settings"]) else None
         return ("loading the models" if done is None else f"converting the model once: {done:.0%}"), False
     if future.exception() is not None:
         friendly(future.exception())  # the log's line

@@ -7,7 +7,7 @@ re-encoding the prefix).
 Three kinds of step (``STEPS``), the same on both sides of a race:
 - ``eager``: a ``DynamicCache`` that grows and is cropped;
 - ``static``: a ``StaticCache`` preallocated for the prompt and the answer (rounded up, so one
-  size serves many prompts); a rollback moves its write position back (``StaticLayer.crop``) and
+  size serves many prompts); a rollback moves its write position back (``move_back``) and
   the causal mask hides what lies beyond it: the tensors keep their addresses and shapes;
 - ``compiled``: static, and each short step (a draft token, a verify of k tokens: one graph per k)
   runs through ``torch.compile`` (gpt-fast's recipe: on CUDA "reduce-overhead", i.e. CUDA graphs,
@@ -157,7 +157,7 @@ class CachedLM:
         synchronize(self.device)
         log.info(
             "captured %s steps of %s in %.1f s",
-            sorted(set(shapes)),
+            sorted(shapes),
             type(self.model).__name__,
             time.perf_counter() - started,
         )
