@@ -546,15 +546,24 @@ def test_special_tokens_show_as_a_readable_marker():
     assert decode(word) == tokenizer.decode([word])  # control: an ordinary token is its text
 
 
-def test_the_method_dropdown_says_what_a_method_that_cannot_run_here_needs(monkeypatch):
+def test_the_method_dropdown_says_what_a_method_that_cannot_run_here_needs(monkeypatch, tmp_path):
     from specdemo.app.settings import method_choices
-    from specdemo.models import vllm
+    from specdemo.models import Preset, vllm
+
+    monkeypatch.setattr(app_settings, "PRESETS", {n: p for n, p in app_settings.PRESETS.items() if "feature" not in n})
 
     monkeypatch.setattr(vllm, "answers", lambda url: False)  # no vLLM server running
     shown = dict((value, text) for text, value in method_choices())
     assert "needs its vLLM servers running" in shown[methods.get("vllm").label]
     assert shown[methods.DRAFT.label] == methods.DRAFT.label  # runs anywhere: its plain label
+    feature = methods.get("feature").label
+    assert "needs a trained feature drafter" in shown[feature]  # no preset has one: the PRESETS patch below
     monkeypatch.setattr(vllm, "answers", lambda url: True)
+    assert [value for text, value in method_choices() if text != value] == [feature]
+    trained = tmp_path / "head"  # the control: a preset whose draft is a feature drafter
+    trained.mkdir()
+    (trained / "feature_drafter.json").write_text("{}")
+    monkeypatch.setitem(app_settings.PRESETS, "with-a-head", Preset("with-a-head", "t", str(trained)))
     assert all(text == value for text, value in method_choices())
 
 

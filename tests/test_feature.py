@@ -42,7 +42,9 @@ def test_greedy_output_is_the_targets_generate(target, gamma, draft_vocab, depth
         expected = target.generate(
             torch.tensor([prompt]), max_new_tokens=40, do_sample=False, eos_token_id=None, pad_token_id=0
         )[0, len(prompt) :].tolist()
-        run = run_all(decode_steps(target, head, prompt, DecodeConfig(max_new_tokens=40, gamma=gamma)))
+        run = run_all(
+            decode_steps(target, head, prompt, DecodeConfig(max_new_tokens=40, gamma=gamma, method="feature"))
+        )
         assert run.token_ids == expected
         assert run.steps[0].drafted == []  # the first step only lets the target read the prompt
         assert any(s.accepted < len(s.drafted) for s in run.steps)  # rejections happened
@@ -70,7 +72,7 @@ def test_target_features_follow_the_cache_across_rejections(target):
     assert torch.allclose(lm.features, fresh.features, atol=1e-5)
 
 
-def drafts_match_a_fresh_drafter(target, head, prompt, steps: int = 12, gamma: int = 3, method="draft", store=None):
+def drafts_match_a_fresh_drafter(target, head, prompt, steps: int = 12, gamma: int = 3, method="feature", store=None):
     """Run the chain; before every step compare the live drafter's draft and q with a drafter
     built from scratch on the same verified tokens (fresh caches, features recomputed)."""
     seen = []
@@ -114,7 +116,9 @@ def test_first_tokens_follow_the_target_distribution():
     and tests it by the rule (then a correction or a bonus): the 3-token joint must be the target's."""
     sampling = SamplingConfig(temperature=1.0, seed=11)
     head = random_head(TARGET, seed=5)
-    samples = sample_many(TARGET, head, PROMPT, DecodeConfig(max_new_tokens=3, gamma=1, sampling=sampling), SAMPLES)
+    samples = sample_many(
+        TARGET, head, PROMPT, DecodeConfig(max_new_tokens=3, gamma=1, sampling=sampling, method="feature"), SAMPLES
+    )
     assert chi2_pvalue(samples, exact_joint(TARGET, PROMPT, sampling, length=3)) > 1e-3
 
 
@@ -123,7 +127,9 @@ def test_second_drafted_position_follows_the_target_distribution():
     head's own h): their joint, summed over tokens 1 and 2, must be the target's."""
     sampling = SamplingConfig(temperature=0.9, top_k=6, seed=12)
     head = random_head(TARGET, seed=6)
-    samples = sample_many(TARGET, head, PROMPT, DecodeConfig(max_new_tokens=4, gamma=2, sampling=sampling), SAMPLES)
+    samples = sample_many(
+        TARGET, head, PROMPT, DecodeConfig(max_new_tokens=4, gamma=2, sampling=sampling, method="feature"), SAMPLES
+    )
     joint = exact_joint(TARGET, PROMPT, sampling, length=4).sum(dim=(0, 1))
     assert chi2_pvalue([s[2:4] for s in samples], joint) > 1e-3
 
@@ -137,7 +143,9 @@ def test_save_load_and_refuse_another_target(tmp_path, tiny_folders):
     pair = load_pair(str(tiny_folders["target"]), str(tmp_path / "feature"))
     assert isinstance(pair.draft, FeatureHead) and pair.draft.cfg.layers == (0, 1, 2)
     assert torch.allclose(pair.draft.head.weight, head.head.weight.half().float())
-    run = run_all(decode_steps(pair.target, pair.draft, [5, 6, 7], DecodeConfig(max_new_tokens=12, gamma=2)))
+    run = run_all(
+        decode_steps(pair.target, pair.draft, [5, 6, 7], DecodeConfig(max_new_tokens=12, gamma=2, method="feature"))
+    )
     assert len(run.token_ids) == 12
     other = llama(2, 1)
     other.save_pretrained(tmp_path / "other")
@@ -153,6 +161,24 @@ def test_save_load_and_refuse_another_target(tmp_path, tiny_folders):
     with pytest.raises(InputError, match="feature drafter"):
         run_all(decode_steps(pair.target, pair.draft, [5, 6], DecodeConfig(max_new_tokens=4, method="tree")))
     assert feature.is_feature_drafter(str(tmp_path / "feature")) and not feature.is_feature_drafter(str(tmp_path))
+
+
+def test_each_method_takes_only_the_draft_it_can_run(target):
+    """The feature drafter is its own method: the draft model's method refuses a feature head, the
+    feature drafter's refuses a plain model, in one line each; the hybrid takes either."""
+    head, plain = random_head(target), llama(1, 3)
+    with pytest.raises(InputError, match="feature drafter .* cannot use: pick feature drafter, suffix \\+ draft"):
+        run_all(decode_steps(target, head, [5, 6], DecodeConfig(max_new_tokens=4, method="draft")))
+    with pytest.raises(InputError, match="needs a feature drafter as the draft"):
+        run_all(decode_steps(target, plain, [5, 6], DecodeConfig(max_new_tokens=4, method="feature")))
+    for draft in (head, plain):  # the controls: each method with its own kind, and the hybrid with both
+        method = "feature" if draft is head else "draft"
+        assert len(
+            run_all(decode_steps(target, draft, [5, 6], DecodeConfig(max_new_tokens=4, method=method))).token_ids
+        )
+        assert len(
+            run_all(decode_steps(target, draft, [5, 6], DecodeConfig(max_new_tokens=4, method="hybrid"))).token_ids
+        )
 
 
 def test_a_head_saved_before_the_depth_option_loads_as_depth_one(tmp_path, target):

@@ -19,6 +19,7 @@ from specdemo.models import (
     PRESETS,
     LoadOptions,
     capture_problem,
+    chain_method,
     check_request,
     configure_cpu_threads,
     draft_options_for,
@@ -51,6 +52,8 @@ def unavailable(method: methods.Method, urls: dict[str, str] | None = None) -> s
         roles = ("baseline", "speculative") if method.runner == "vllm" else ("speculative",)
         if not all(vllm.answers(urls[role]) for role in roles):
             return "needs its vLLM servers running (python -m specdemo serve-vllm)"
+    if method.drafts == "feature" and not any(chain_method(p) == method.name for p in PRESETS.values()):
+        return "needs a trained feature drafter (python -m specdemo.recipes.feature)"
     return None
 
 

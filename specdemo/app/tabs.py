@@ -216,6 +216,7 @@ def methods_remeasure(s: Settings, max_new_tokens: int = 48, progress=None) -> t
         drafters = {
             m.name: (pair.draft if m.draft_model else None, m.gamma or prep.config.gamma, m.name)
             for m in remeasured_methods()
+            if methods.takes(m, pair.draft)
         }
         result = model_thread.call(run_tasks, pair.target, drafters, ids, int(max_new_tokens), pair.eos, progress=True)
         result |= {"preset": s.target_id, "gammas": {m: g for m, (_, g, _) in drafters.items()}, "measured": "now"}

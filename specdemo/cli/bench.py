@@ -72,7 +72,7 @@ def add_parsers(sub) -> None:
 
 # Draft-model variants the methods × tasks table races beside the registry's methods: each runs a
 # registered method (its value) with another draft model (``drafter_for`` loads it).
-DRAFT_VARIANTS = {"feature": "draft", "self-int8": "draft", "feature-hybrid": "hybrid"}
+DRAFT_VARIANTS = {"self-int8": "draft", "feature-hybrid": "hybrid"}
 SELF_DRAFT_GAMMA = 2  # the target in int8 drafts for itself: right almost always, but it costs ≈ 0.7 of a step
 
 
@@ -93,13 +93,12 @@ def drafter_for(method: str, pair, preset) -> tuple:
     """A ``--methods`` name → (draft model or None, the method's own γ, the engine's method)."""
     from specdemo.models import SMOLLM2_FEATURE
 
-    if method in methods.REGISTRY:
-        m = methods.get(method)
-        return (pair.draft if m.draft_model else None), m.gamma or preset.gamma, m.name
-    runs = methods.get(DRAFT_VARIANTS[method])
+    runs = methods.get(DRAFT_VARIANTS.get(method, method))
     if method == "self-int8":  # no training: the same weights with int8 arithmetic propose, fp32 verifies
         own = replace(preset.target_options, quantization="int8-cpu")
         return load_pair(pair.target_id, pair.target_id, preset.target_options, own).draft, SELF_DRAFT_GAMMA, runs.name
+    if runs.drafts != "feature" and method != "feature-hybrid":
+        return (pair.draft if runs.draft_model else None), runs.gamma or preset.gamma, runs.name
     # the feature drafter, alone or where suffix decoding has nothing to propose
     feature = load_pair(pair.target_id, SMOLLM2_FEATURE, preset.target_options, preset.draft_options)
     gamma = runs.gamma or PRESETS.get("smollm2-135m-feature", preset).gamma

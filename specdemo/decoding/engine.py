@@ -18,7 +18,6 @@ import torch
 
 from specdemo.decoding import methods
 from specdemo.decoding.drafters import SCHEDULES, Draft
-from specdemo.decoding.feature import FeatureHead
 from specdemo.decoding.kv import CachedLM, Stopwatch
 from specdemo.decoding.sampling import SamplingConfig, draw, draw_uniform, make_generator, to_probs
 from specdemo.decoding.steps import (  # noqa: F401  (re-exported: the engine's public names)
@@ -107,25 +106,10 @@ def record_views(step: Step, logits, probs, draft: Draft, n: int, residual, gree
 def make_drafter(config: DecodeConfig, draft_model, target: CachedLM, store: SuffixStore | None = None):
     """The chain drafter of ``config.method`` (its registry entry builds it)."""
     method = methods.get(config.method)
+    methods.check_draft(method, draft_model)
     if method.suffix_store:
         store = store or shared_store(vocabulary_of(target.model))
     return method.drafter(config, draft_model, target, store)
-
-
-def feature_layers(config: DecodeConfig, draft_model) -> tuple[int, ...]:
-    """The target layers a feature drafter reads (none for other drafters)."""
-    if methods.get(config.method).draft_model and isinstance(draft_model, FeatureHead):
-        return draft_model.cfg.layers
-    return ()
-
-
-def refuse_feature_head(draft_model, method: str) -> None:
-    if isinstance(draft_model, FeatureHead):
-        raise InputError(
-            f"the {method} method runs a draft model on its own, and this draft is a feature drafter (it reads "
-            "the target's hidden states, chains only): pick draft model or prompt lookup",
-            field="method",
-        )
 
 
 def speculative_steps(
@@ -140,8 +124,8 @@ def speculative_steps(
     """Speculative decoding; yields one Step per target verify forward. ``store``: suffix
     decoding's earlier answers (default: the process's)."""
     validate_request(prompt_ids, config, context_length(target_model))
-    target = CachedLM(target_model, feature_layers(config, draft_model), config.steps, cache_room(config))
-    drafter = make_drafter(config, draft_model, target, store)
+    target = CachedLM(target_model, steps=config.steps, room=cache_room(config))
+    drafter = make_drafter(config, draft_model, target, store)  # a feature drafter asks target for its layers
     # compiled steps: every verify of 1 + k drafts (k ≤ γ), and the draft model's steps, before any is timed
     target.capture(len(prompt_ids), [(1 + k, 1 + k) for k in range(config.gamma + 1)])
     if hasattr(drafter, "capture"):
@@ -183,8 +167,7 @@ def decode_steps(
     if method.runner != "specdemo":
         raise InputError(f"{method.label} is not run by this engine", field="method")
     if method.tree:
-        if method.model_tree:
-            refuse_feature_head(draft_model, method.label)
+        methods.check_draft(method, draft_model)
         return tree_steps(target_model, draft_model, prompt_ids, config, config.tree, eos, cancel, store)
     return speculative_steps(target_model, draft_model, prompt_ids, config, eos, cancel, store)
 
@@ -228,7 +211,7 @@ def naive_handoff_steps(
     there. Nothing the draft wrote is checked, so the output is not the target's: it is shown
     only to contrast it with real (lossless) speculative decoding. Unlike the original
     script it stays in token space (no decode and re-encode), so what differs is the method."""
-    refuse_feature_head(draft_model, "the naive hand-off")
+    methods.check_draft(methods.NAIVE, draft_model)
     tokens = list(prompt_ids)
     last = None
     half = max(1, config.max_new_tokens // 2)

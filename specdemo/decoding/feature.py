@@ -265,7 +265,8 @@ class FeatureDrafter:
 
     def __init__(self, head: FeatureHead, target, vocab_size: int):
         self.head = head
-        self.target = target  # the CachedLM of the target (with feature_layers = head.cfg.layers)
+        self.target = target  # the CachedLM of the target, which keeps the head's layers from its first feed on
+        target.feature_layers = head.cfg.layers
         self.embed = target.model.get_input_embeddings()
         self.vocab_size = vocab_size
         self.caches = new_caches(head)

@@ -32,6 +32,9 @@ class Method:
     description: str  # one line: what the right-hand side of a race is
     lossless: bool = True  # False only for the naive hand-off, which checks nothing
     draft_model: bool = True  # runs a draft model (else it proposes from text: no model to load)
+    # the draft models it takes: "model" (a causal LM), "feature" (a feature drafter: an EAGLE-style head
+    # that reads the target's hidden states) or "any" (either: the hybrid's fallback chain)
+    drafts: str = "model"
     suffix_store: bool = False  # drafts from suffix decoding's store of earlier answers
     tree: bool = False  # verifies a tree of proposals in one forward (``tree.tree_steps``), not a chain
     # who runs the race's right side: "specdemo" (this engine), "naive" (the unchecked hand-off),
@@ -100,16 +103,47 @@ def suggestions() -> list[Method]:
     return sorted((m for m in REGISTRY.values() if m.suggest is not None), key=lambda m: m.suggest)
 
 
+def reads_features(draft_model) -> bool:
+    """Is this draft model a feature drafter (it drafts from the target's hidden states)?"""
+    return isinstance(draft_model, FeatureHead)
+
+
+def takes(method: Method, draft_model) -> bool:
+    """Can ``method`` draft with this (loaded) draft model?"""
+    kind = "feature" if reads_features(draft_model) else "model"
+    return not method.draft_model or method.drafts in (kind, "any")
+
+
+def check_draft(method: Method, draft_model) -> None:
+    """Refuse, in one line, a draft model ``method`` cannot draft with."""
+    if method.draft_model and draft_model is None:
+        raise InputError(f"the {method.short} method needs a draft model (or use prompt lookup or suffix decoding)")
+    if not takes(method, draft_model) and method.drafts == "feature":
+        raise InputError(
+            f"the {method.short} method needs a feature drafter as the draft: pick a preset with one "
+            "(python -m specdemo.recipes.feature trains it)",
+            "method",
+        )
+    if not takes(method, draft_model):
+        fits = ", ".join(m.short for m in REGISTRY.values() if m.draft_model and takes(m, draft_model))
+        what = "a feature drafter (it reads the target's hidden states)" if reads_features(draft_model) else "a model"
+        raise InputError(f"this draft is {what}, which the {method.short} method cannot use: pick {fits}", "method")
+
+
+def chain_for(draft_model) -> Method:
+    """The chain method of this draft model: the feature drafter's or the draft model's."""
+    return FEATURE if reads_features(draft_model) else DRAFT
+
+
 # --- the drafters: one function per way of proposing --------------------------------------------
 
 
 def model_drafter(config, draft_model, target, store=None):
-    """The draft model's chain; a feature drafter (EAGLE-style head) reads the target's features."""
-    if draft_model is None:
-        raise InputError(f"the {config.method} method needs a draft model (or use prompt lookup or suffix decoding)")
-    if isinstance(draft_model, FeatureHead):
-        return FeatureDrafter(draft_model, target, target.vocab_size)
     return ModelDrafter(draft_model, target.vocab_size, config.min_confidence, like=target)
+
+
+def feature_drafter(config, draft_model, target, store=None):
+    return FeatureDrafter(draft_model, target, target.vocab_size)
 
 
 def prompt_lookup_drafter(config, draft_model, target, store=None):
@@ -121,8 +155,8 @@ def suffix_drafter(config, draft_model, target, store=None):
 
 
 def hybrid_drafter(config, draft_model, target, store=None):
-    """Suffix decoding where it has seen the text, else the draft model."""
-    model = model_drafter(config, draft_model, target)
+    """Suffix decoding where it has seen the text, else the draft model's chain (either kind)."""
+    model = chain_for(draft_model).drafter(config, draft_model, target)
     return HybridDrafter(suffix_drafter(config, draft_model, target, store), model, config.suffix)
 
 
@@ -138,6 +172,18 @@ DRAFT = register(
         suggest=0,
         start=True,
         bench=False,  # the benchmark's "specdemo-speculative" row
+    )
+)
+FEATURE = register(
+    Method(
+        "feature",
+        "feature drafter: a small head reading the target's hidden states",
+        "feature drafter",
+        "speculative decoding with a feature drafter (EAGLE-style: it reads the target's hidden states)",
+        drafts="feature",
+        drafter=feature_drafter,
+        start=True,
+        bench=False,  # the benchmark's "specdemo-speculative" row, for a feature drafter's pair
     )
 )
 register(
@@ -190,6 +236,7 @@ register(
         "suffix + draft model",
         "speculative decoding with suffix decoding where it has a proposal, else the draft model",
         suffix_store=True,
+        drafts="any",
         gamma=SUFFIX_GAMMA,
         drafter=hybrid_drafter,
         suggest=3,
@@ -208,7 +255,7 @@ register(
         bench=True,
     )
 )
-register(
+NAIVE = register(
     Method(
         "naive",
         "naive: draft writes half, target continues (NOT lossless)",

@@ -44,7 +44,6 @@ from specdemo.decoding.engine import (
     run_timed,
     speculative_steps,
 )
-from specdemo.decoding.feature import FeatureHead
 from specdemo.decoding.kv import synchronize
 from specdemo.decoding.suffix import SuffixStore
 from specdemo.decoding.tree import TreeConfig
@@ -290,9 +289,10 @@ def run_bench(
     base_cfg = DecodeConfig(max_new_tokens=max_new_tokens, steps=steps)
     target, draft, eos = pair.target, pair.draft, pair.eos
     skipped = []
-    if isinstance(draft, FeatureHead):  # it reads specdemo's verify: chains in specdemo only
-        trees = {m.engine for m in methods.REGISTRY.values() if m.model_tree}
-        skipped = [e for e in engines if e in (*trees, "transformers-assisted")]
+    chain = methods.chain_for(draft)  # the "specdemo-speculative" row: the draft model's chain
+    if methods.reads_features(draft):  # it reads specdemo's verify: transformers cannot run it, nor a tree
+        cannot = {m.engine for m in methods.REGISTRY.values() if not methods.takes(m, draft)}
+        skipped = [e for e in engines if e in (*cannot, "transformers-assisted")]
         engines = tuple(e for e in engines if e not in skipped)
     # transformers' assisted generation gets the draft as a plain model (full vocabulary).
     assistant = getattr(draft, "full_model", draft)
@@ -320,7 +320,7 @@ def run_bench(
     timed = []
     for engine, g in jobs:
         if engine.startswith("specdemo"):
-            method = engine_methods().get(engine, methods.DRAFT.name)
+            method = engine_methods().get(engine, chain.name)
             # the tree gets the chain's draft budget: γ nodes (k = 2 children, depth up to γ)
             cfg = replace(base_cfg, gamma=g or 1, method=method, tree=TreeConfig(2, g or 1, g or 1))
             store = SuffixStore() if methods.get(method).suffix_store else None

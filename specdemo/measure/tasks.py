@@ -24,8 +24,7 @@ from specdemo.measure.bench import SpecdemoJob, time_interleaved
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "tasks"
 # rows that race a registered method with another draft model (``bench --tasks``' variants)
-VARIANT_NAMES = {"feature": "feature drafter", "self-int8": "the target in int8 (self-draft)"}
-VARIANT_NAMES |= {"feature-hybrid": "suffix + feature drafter"}
+VARIANT_NAMES = {"self-int8": "the target in int8 (self-draft)", "feature-hybrid": "suffix + feature drafter"}
 
 
 def short_name(row_method: str) -> str:

@@ -42,6 +42,7 @@ from specdemo.models.presets import (  # noqa: F401
     STORY_OPENINGS,
     Preset,
     StartSettings,
+    chain_method,
     default_preset_name,
     default_preset_notice,
     lowercases,

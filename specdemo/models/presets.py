@@ -11,6 +11,7 @@ import torch
 
 from specdemo import env
 from specdemo.decoding import methods
+from specdemo.decoding.feature import is_feature_drafter
 from specdemo.models import smollm2
 from specdemo.models.loading import LoadOptions
 
@@ -61,11 +62,16 @@ class StartSettings:
     note: str = ""  # where the choice comes from, for the app
 
 
+def chain_method(preset: Preset) -> str:
+    """The method that runs the preset's draft model as a chain: a feature drafter's, or the draft model's."""
+    return methods.FEATURE.name if preset.draft and is_feature_drafter(preset.draft) else methods.DRAFT.name
+
+
 def start_settings(preset: Preset, folder: Path = DEFAULTS_DIR) -> StartSettings:
     """The preset's measured start, else its draft model at its γ."""
     path = folder / f"{preset.name}.json"
     if not path.exists():
-        return StartSettings(gamma=preset.gamma)
+        return StartSettings(method=chain_method(preset), gamma=preset.gamma)
     stored = json.loads(path.read_text(encoding="utf-8"))
     best = stored["ranked"][0]
     # where and when it was measured is in docs/benchmarks.md, not on the attendee's screen
