@@ -50,17 +50,21 @@ PRESET = models.startup_preset()
 CONCURRENCY = int(env.number("SPECDEMO_CONCURRENCY"))
 MAX_QUEUE = int(env.number("SPECDEMO_MAX_QUEUE"))
 SESSION_TTL_S = 3600  # a browser session's records are dropped an hour after its last use
-if ZERO_GPU:  # a GPU call cannot keep what it loads: load the pairs now, serve only them (README)
-    wanted = [PRESET, *env.get("SPECDEMO_ZERO_GPU_PRESETS").split(",")]
-    CHOICES = list(dict.fromkeys(n.strip() for n in wanted if n.strip()))
-    models.preload_presets(CHOICES)
-else:
-    CHOICES = list(models.PRESETS)
 
 
 def gpu(duration):
     """@spaces.GPU with a duration sized from the call's own arguments (a no-op without spaces)."""
     return spaces.GPU(duration=duration) if spaces is not None else (lambda fn: fn)
+
+
+if ZERO_GPU:  # a GPU call cannot keep what it loads: load the pairs now, serve only them (docs/deploy.md)
+    wanted = [PRESET, *env.get("SPECDEMO_ZERO_GPU_PRESETS").split(",")]
+    CHOICES = list(dict.fromkeys(n.strip() for n in wanted if n.strip()))
+    models.preload_presets(CHOICES)
+    if env.get("SPECDEMO_STEPS") in ("compiled", "aot"):  # nothing compiles while serving: once, now, on the GPU
+        models.install_ahead(gpu(durations.ahead_seconds)(models.compile_ahead)())
+else:
+    CHOICES = list(models.PRESETS)
 
 
 # Every handler that touches a model runs under @gpu; the rest is plain data.
@@ -224,7 +228,7 @@ def model_fields(first) -> Components:
         value=Settings.steps,
         label=(
             "Steps, on both sides (static: a preallocated KV cache; compiled: static + torch.compile, CUDA graphs "
-            "on a GPU: the first run of a shape compiles, tens of seconds)"
+            "on a GPU: the first run of a shape compiles, tens of seconds; aot: compiled ahead of time, chains only)"
         ),
     )
     ui["draft_vocab"] = gr.Number(

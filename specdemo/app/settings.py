@@ -18,7 +18,6 @@ from specdemo.models import (
     DEFAULT_CACHE,
     PRESETS,
     LoadOptions,
-    capture_problem,
     chain_method,
     check_request,
     configure_cpu_threads,
@@ -28,6 +27,7 @@ from specdemo.models import (
     lowercases,
     smollm2,
     start_settings,
+    steps_here,
     vllm,
 )
 
@@ -91,7 +91,7 @@ class Settings:
     tree_depth: int = TreeConfig.depth
     tree_nodes: int = TreeConfig.max_nodes
     draft_vocab: int = 0
-    steps: str = env.get("SPECDEMO_STEPS")  # eager | static | compiled: both sides of the race (decoding/kv.py)
+    steps: str = env.get("SPECDEMO_STEPS")  # a kind in kv.STEPS: both sides of the race (decoding/kv.py)
     # the vLLM method's servers ("": the environment's SPECDEMO_VLLM_BASELINE_URL / SPECDEMO_VLLM_SPECULATIVE_URL)
     vllm_baseline_url: str = ""
     vllm_speculative_url: str = ""
@@ -263,9 +263,9 @@ def prepare(s: Settings) -> Prepared:
     if templated and method.runner == "specdemo" and (method.suffix_store or not method.draft_model):
         # it copies from what the model reads, which is more than the prompt the pane echoes
         notes.append(f"{method.short} also copies from the chat template's system text, which the pane leaves out")
-    if config.steps == "compiled" and (problem := capture_problem(pair.target)):
-        config = replace(config, steps="static")  # both sides alike, as ever
-        notes.append(f"static steps instead of compiled ones: {problem}")
+    steps, why = steps_here(config.steps, method, [pair.target] + ([pair.draft] if method.draft_model else []))
+    config = replace(config, steps=steps)
+    notes += [why] if why else []
     ids = encode_prompt(pair.tokenizer, prompt, chat_template=bool(s.chat_template))
     return Prepared(pair, ids, config, prompt, " · ".join(notes))
 

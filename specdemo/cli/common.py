@@ -66,8 +66,9 @@ def add_pair_args(p):
         "--steps",
         choices=STEPS,
         default=env.get("SPECDEMO_STEPS"),
-        help="eager (a growing KV cache), static (preallocated) or compiled (static + torch.compile; CUDA graphs "
-        "on a GPU); both sides of a speedup run the same kind (default: $SPECDEMO_STEPS, else eager)",
+        help="eager (a growing KV cache), static (preallocated), compiled (static + torch.compile; CUDA graphs "
+        "on a GPU) or aot (static + a package compiled ahead of time: torch.export + AOTInductor; chains only); "
+        "both sides of a speedup run the same kind (default: $SPECDEMO_STEPS, else eager)",
     )
     p.add_argument("--compile", dest="steps", action="store_const", const="compiled", help="--steps compiled")
 

@@ -12,7 +12,9 @@ Three kinds of step (``STEPS``), the same on both sides of a race:
 - ``compiled``: static, and each short step (a draft token, a verify of k tokens: one graph per k)
   runs through ``torch.compile`` (gpt-fast's recipe: on CUDA "reduce-overhead", i.e. CUDA graphs,
   which replay a step's hundreds of kernel launches as one; on a CPU inductor's fused kernels). The
-  prompt's prefill stays eager (one long shape, once).
+  prompt's prefill stays eager (one long shape, once);
+- ``aot``: static, and each short step runs from a package compiled ahead of time (``aot.py``: what a
+  ZeroGPU Space runs, where nothing can compile while it serves); chains only.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 # transformers 5.24 renamed the forward's ``past_key_values`` to ``cache`` (5.17, a lent GPU's image, has the old
 # name): every call here passes it by this name
 CACHE_ARG = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
-STEPS = ("eager", "static", "compiled")
+STEPS = ("eager", "static", "compiled", "aot")
 STATIC_ROUNDING = 256  # a static cache's length is rounded up to this: one size (one graph) for many prompts
 MAX_CAPTURED = 64  # steps feeding at most this many tokens run compiled (a verify, a tree); longer ones eager
 
@@ -134,7 +136,12 @@ class CachedLM:
     @torch.inference_mode()
     def capture(self, first_feed: int, shapes) -> None:
         """Compile the steps of these (new tokens, logits kept) shapes before any step is timed; a CUDA
-        graph is recorded on a shape's third call, so each runs three times. The cache is left empty."""
+        graph is recorded on a shape's third call, so each runs three times. The cache is left empty.
+        Ahead of time: the model's one package, built here where it has none."""
+        if self.steps == "aot":
+            from specdemo.decoding import aot
+
+            aot.ensure(self.model)
         if self.steps != "compiled":
             return
         self.ensure_cache(first_feed)
@@ -207,6 +214,9 @@ class CachedLM:
         self.ensure_cache(len(new_ids))
         if self.length and len(self.fed) + len(new_ids) > self.length:
             raise RuntimeError(f"the static cache holds {self.length} positions, {len(self.fed) + len(new_ids)} fed")
+        if self.steps == "aot" and self.fed and len(new_ids) <= MAX_CAPTURED and not self.feature_layers:
+            return self.forward_ahead(input_ids, keep)
+        self.align_positions()
         forward = self.call(len(new_ids))
         out = forward(input_ids=input_ids, use_cache=True, logits_to_keep=keep, **self.kwargs(), **extra)
         if self.feature_layers:  # the hidden states exist anyway: keep the chosen layers' rows
@@ -215,6 +225,22 @@ class CachedLM:
         self.fed.extend(new_ids)
         self.forwards += 1
         return out.logits[0, -keep:]
+
+    def forward_ahead(self, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
+        """A short step from the package compiled ahead of time: it writes the cache after ``len(fed)``."""
+        from specdemo.decoding import aot
+
+        logits = aot.run(self.model, input_ids, len(self.fed), self.cache)
+        self.fed.extend(input_ids[0].tolist())
+        self.forwards += 1
+        return logits[0, -keep:]
+
+    def align_positions(self) -> None:
+        """Ahead of time, the package writes at ``len(fed)`` without counting: the layers' own counters
+        (what the model itself writes at) are set from it before the model runs."""
+        if self.steps == "aot" and self.cache is not None:
+            for layer in self.cache.layers:
+                layer.cumulative_length.fill_(len(self.fed))
 
     def logits_after(self, tokens: list[int], extra: list[int] = ()) -> torch.Tensor:
         """Logits predicting each of ``extra`` and the token after them: [len(extra) + 1, V].

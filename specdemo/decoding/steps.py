@@ -130,6 +130,9 @@ def validate_config(config: DecodeConfig) -> None:
         validate_suffix(config.suffix)
     if config.steps not in STEPS:
         raise InputError(f"steps must be one of {', '.join(STEPS)}, got {config.steps!r}", field="steps")
+    if config.steps == "aot" and (method.tree or method.drafts == "feature"):
+        # the package's one signature has no attention mask (a tree's) and no hidden states (a feature drafter's)
+        raise InputError(f"steps compiled ahead of time run chains only: {method.short} needs static or compiled")
 
 
 def cache_room(config: DecodeConfig) -> int:

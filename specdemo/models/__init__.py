@@ -7,7 +7,9 @@ from specdemo.models.cache import (  # noqa: F401
     LoadedModel,
     ModelCache,
     Pair,
+    compile_ahead,
     draft_options_for,
+    install_ahead,
     load_pair,
     preload_presets,
 )
@@ -28,6 +30,7 @@ from specdemo.models.loading import (  # noqa: F401
     quantization_config,
     resolve_device,
     resolve_dtype,
+    steps_here,
 )
 from specdemo.models.presets import (  # noqa: F401
     ASSETS,

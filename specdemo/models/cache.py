@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -9,12 +10,15 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from specdemo import env
+from specdemo.decoding import aot
 from specdemo.decoding.feature import FeatureHead
 from specdemo.decoding.vocab import ReducedVocabLM, reduce_draft
 from specdemo.errors import InputError
 from specdemo.models.compact_linear import from_half
-from specdemo.models.loading import LoadOptions, check_same_vocabulary, load_model
+from specdemo.models.loading import LoadOptions, capture_problem, check_same_vocabulary, load_model
 from specdemo.models.presets import PRESETS
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -140,6 +144,30 @@ def preload_presets(names: list[str], cache: ModelCache | None = None) -> None:
         cache.preload(p.target, p.target_options, device)
         cache.preload(p.draft, draft_options_for(p.target_options), device)
     cache.frozen = True
+
+
+def compile_ahead(cache: ModelCache | None = None) -> dict[tuple, bytes]:
+    """Every loaded model's steps compiled ahead of time (``aot.build``), by cache key; a model that cannot
+    be is left out (its races run static steps, with a line). On ZeroGPU this runs in the start-up GPU
+    call: the bytes come back by pickle and ``install_ahead`` gives them to the models it forked from."""
+    cache = cache or DEFAULT_CACHE
+    packages = {}
+    for key in cache.keys():
+        model = cache.get(*key).model
+        if problem := capture_problem(model, "aot"):
+            log.info("%s: not compiled ahead of time: %s", key[0], problem)
+            continue
+        try:
+            packages[key] = aot.build(model)
+        except Exception as error:  # noqa: BLE001 (one model that does not export: its races run static steps)
+            log.warning("%s: not compiled ahead of time: %s", key[0], str(error).splitlines()[0])
+    return packages
+
+
+def install_ahead(packages: dict[tuple, bytes], cache: ModelCache | None = None) -> None:
+    cache = cache or DEFAULT_CACHE
+    for key, package in packages.items():
+        aot.install(cache.get(*key).model, package)
 
 
 DEFAULT_CACHE = ModelCache()

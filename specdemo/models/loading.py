@@ -128,17 +128,47 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def capture_problem(model) -> str | None:
-    """Why ``model``'s steps cannot be compiled here (one line), or None."""
+def capture_problem(model, steps: str = "compiled") -> str | None:
+    """Why ``model``'s steps cannot be compiled (``steps``: compiled, or aot: ahead of time) here, or None."""
+    from specdemo.decoding.feature import FeatureHead
+    from specdemo.decoding.vocab import ReducedVocabLM
+    from specdemo.models.compact_linear import CompactLinear
+    from specdemo.models.presets import on_zero_gpu  # (presets import this module)
+
+    layers = [type(m) for m in getattr(model, "modules", list)()]
+    if steps == "compiled" and on_zero_gpu():
+        return "a ZeroGPU Space cannot compile while it serves (SPECDEMO_STEPS=aot compiles at start-up)"
+    if steps == "aot" and isinstance(model, FeatureHead):
+        return "a feature drafter reads the target's hidden states, which a package does not return"
+    if any(t.__name__ in ("Linear4bit", "Linear8bitLt") for t in layers):
+        return "bitsandbytes' quantized layers do not compile"
+    if getattr(model, "device", None) is not None and model.device.type == "mps":
+        return "torch.compile does not capture MPS steps"
+    if steps == "aot" and CompactLinear in layers:
+        return "compact-fp32's kernel is called from Python, which a package compiled ahead of time cannot do"
+    if steps == "aot" and isinstance(model, ReducedVocabLM):
+        return "a draft scoring part of the vocabulary has no package of its own (set the draft vocabulary to 0)"
+    return None
+
+
+def steps_here(steps: str, method, models: list) -> tuple[str, str]:
+    """The kind of step a race of ``method`` on ``models`` runs here for the one asked, and a line when it
+    differs (both sides of a race alike, as ever)."""
+    from specdemo.decoding import aot
     from specdemo.models.presets import on_zero_gpu
 
-    if on_zero_gpu():
-        return "a ZeroGPU Space compiles ahead of time (spaces.aoti_*), which this app does not do yet"
-    if any(type(m).__name__ in ("Linear4bit", "Linear8bitLt") for m in getattr(model, "modules", list)()):
-        return "bitsandbytes' quantized layers do not compile"
-    if model.device.type == "mps":
-        return "torch.compile does not capture MPS steps"
-    return None
+    if steps == "compiled" and on_zero_gpu() and all(aot.has_package(m) for m in models):
+        steps = "aot"  # what a ZeroGPU Space compiled at start-up
+    if steps == "aot" and (method.tree or method.drafts == "feature"):
+        return "static", f"static steps: {method.short} does not run from steps compiled ahead of time"
+    if steps == "aot" and on_zero_gpu() and not all(aot.has_package(m) for m in models):
+        return "static", "static steps: this pair's steps were not compiled at start-up (SPECDEMO_STEPS=aot does)"
+    if steps in ("compiled", "aot"):
+        for model in models:
+            if problem := capture_problem(model, steps):
+                kind = "ahead-of-time" if steps == "aot" else steps
+                return "static", f"static steps instead of {kind} ones: {problem}"
+    return steps, ""
 
 
 def load_model(model_id: str, options: LoadOptions = LoadOptions()):
