@@ -1,12 +1,13 @@
 """The GPU check: one prepared run for a lent CUDA machine that reaches nothing outside (scripts/gpu_check.sh).
 
 1. identity: the bundled pair (its real weights travel with the tree) on CUDA in fp32, each kind of step
-   (eager, static, compiled): greedy baseline and speculative tokens against generate(), τ and tokens/s;
+   (eager, static, compiled, aot): greedy baseline and speculative tokens against generate(), τ and tokens/s;
 2. timings: each GPU preset's real architecture (assets/configs/, random weights: the hub is out of
-   reach) in its dtype, eager against compiled: t_t, t_d, c, t_v/t_t, and the speedup τ / (γ·c + t_v/t_t)
+   reach) in its dtype, eager against compiled (and, for the ZeroGPU default, aot: compiled ahead of
+   time, export + AOTInductor, with its build time): t_t, t_d, c, t_v/t_t, and the speedup τ / (γ·c + t_v/t_t)
    they give at the α the cost model uses (random weights accept nothing, so τ comes from α: a prediction
    from measured step costs);
-3. the seed prompt's race through the app's own handler (race_tab.stream), on compiled steps;
+3. the seed prompt's race through the app's own handler (race_tab.stream), on compiled and aot steps;
 then one summary table, and everything as JSON in $OUT/gpu_check.json. Any missing piece fails the run.
 GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESETS=bundled-tinystories runs the same code on a CPU (the test suite's smoke run).
 """
@@ -26,6 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specdemo.decoding import aot  # noqa: E402
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_timed  # noqa: E402
 from specdemo.decoding.kv import CachedLM, synchronize  # noqa: E402
 from specdemo.measure.launches import ALPHAS, config_of, tau  # noqa: E402
@@ -39,6 +41,8 @@ DEVICE = os.environ.get("GPU_CHECK_DEVICE", "cuda")
 TIMED_PRESETS = tuple(os.environ.get("GPU_CHECK_PRESETS", "qwen2.5-3b+0.5b,qwen2.5-14b+0.5b").split(","))
 PARTS = os.environ.get("GPU_CHECK_PARTS", "identity,timings,app").split(",")
 KINDS = ("eager", "compiled")
+# aot's package is built per model (tens of seconds to minutes on a big one): timed for these presets only
+AOT_PRESETS = tuple(os.environ.get("GPU_CHECK_AOT_PRESETS", TIMED_PRESETS[0]).split(","))
 
 
 def identity() -> list[dict]:
@@ -51,7 +55,7 @@ def identity() -> list[dict]:
         ids = pair.tokenizer(prompt)["input_ids"]
         out = pair.target.generate(torch.tensor([ids], device=DEVICE), do_sample=False, max_new_tokens=48)
         expected = out[0, len(ids) :].tolist()
-        for kind in ("eager", "static", "compiled"):
+        for kind in ("eager", "static", "compiled", "aot"):
             cfg = DecodeConfig(max_new_tokens=48, gamma=4, steps=kind)
             device = pair.target.device
             base = run_timed(lambda i=ids, c=cfg: baseline_steps(pair.target, i, c, pair.eos), device)
@@ -79,8 +83,8 @@ def random_model(model_id: str, dtype: torch.dtype):
 
 def step_ms(model, kind: str, new: int, repeats: int = 20) -> float:
     """Median synced time of a step of ``new`` tokens after a 64-token prompt (compiled: captured first)."""
-    # both on a static cache: the kinds differ only in the capture
-    lm = CachedLM(model, steps="static" if kind == "eager" else "compiled", room=GAMMA + 8)
+    # all on a static cache: the kinds differ only in the capture
+    lm = CachedLM(model, steps="static" if kind == "eager" else kind, room=GAMMA + 8)
     lm.capture(64, [(new, new)])
     lm.forward(list(range(1, 65)))
     times = []
@@ -99,7 +103,12 @@ def timings(name: str) -> dict:
     dtype = {"auto": torch.float32}.get(preset.target_options.dtype) or getattr(torch, preset.target_options.dtype)
     target, draft = random_model(preset.target, dtype), random_model(preset.draft, dtype)
     out = {"preset": name, "dtype": str(dtype).removeprefix("torch."), "kinds": {}}
-    for kind in KINDS:
+    for kind in KINDS + (("aot",) if name in AOT_PRESETS else ()):
+        if kind == "aot":  # each model's package, built before any step is timed
+            started = time.perf_counter()
+            for model in (target, draft):
+                aot.ensure(model)
+            out["aot_build_s"] = time.perf_counter() - started
         t_t, t_d, t_v = step_ms(target, kind, 1), step_ms(draft, kind, 1), step_ms(target, kind, GAMMA + 1)
         c, ratio = t_d / t_t, t_v / t_t
         predicted = {a: tau(a, GAMMA) / (GAMMA * c + ratio) for a in ALPHAS}
@@ -111,18 +120,20 @@ def timings(name: str) -> dict:
 
 
 def app_race() -> dict:
-    """The app's Run handler on compiled steps: the seed prompt (the bundled pair knows stories only and may
-    end it at once) and one of its own story openings."""
+    """The app's Run handler on compiled and aot steps: the seed prompt (the bundled pair knows stories only
+    and may end it at once) and one of its own story openings."""
     from specdemo.app import race_tab
     from specdemo.app.race_tab import RACE_OUTPUTS
     from specdemo.app.settings import Settings
 
     statuses = {}
     for prompt in (SEED_PROMPT, PRESETS["bundled-tinystories"].examples[0]):
-        s = Settings.from_preset("bundled-tinystories", prompt=prompt, steps="compiled", max_new_tokens=64)
-        *_, last = race_tab.stream(s, None)
-        statuses[prompt] = dict(zip(RACE_OUTPUTS, last))["status"]
-        assert statuses[prompt].startswith("✓"), statuses[prompt]
+        for kind in ("compiled", "aot"):
+            s = Settings.from_preset("bundled-tinystories", prompt=prompt, steps=kind, max_new_tokens=64)
+            *_, last = race_tab.stream(s, None)
+            status = dict(zip(RACE_OUTPUTS, last))["status"]
+            statuses[f"{kind}, {prompt!r}"] = status
+            assert status.startswith("✓") and "static steps" not in status, status
     return statuses
 
 
@@ -156,12 +167,14 @@ def main() -> int:
         + "/".join(map(str, ALPHAS))
     )
     for name in TIMED_PRESETS:
+        if "aot_build_s" in report.get(f"timings {name}", {}):
+            print(f"{name}: aot packages built in {report[f'timings {name}']['aot_build_s']:.0f} s (target + draft)")
         for kind, k in report.get(f"timings {name}", {}).get("kinds", {}).items():
             speedups = " / ".join(f"{v:.2f}x" for v in k["speedup_at_alpha"].values())
             times = f"{k['t_t_ms']:7.2f} {k['t_d_ms']:7.2f} {k['c']:5.2f} {k['tv_tt']:8.2f}"
             print(f"{name:<19} {kind:<9} {times}  {speedups}")
     for prompt, status in report.get("app race", {"(the app's race)": "FAILED"}).items():
-        print(f"app race, compiled steps, {prompt!r}: {status}")
+        print(f"app race, {prompt}: {status}")
     if failures:
         print(f"FAILED: {', '.join(failures)}")
     return 1 if failures else 0

@@ -18,11 +18,12 @@ def test_the_gpu_check_runs_end_to_end_on_a_cpu(tmp_path):
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert {r["steps"] for r in report["identity"]} == {"eager", "static", "compiled"}
+    assert {r["steps"] for r in report["identity"]} == {"eager", "static", "compiled", "aot"}
     assert all(r["identical"] for r in report["identity"])
     kinds = report["timings bundled-tinystories"]["kinds"]
-    assert set(kinds) == {"eager", "compiled"} and all(k["t_t_ms"] > 0 and k["c"] > 0 for k in kinds.values())
-    assert all(status.startswith("✓") for status in report["app race"].values())
+    assert set(kinds) == {"eager", "compiled", "aot"} and all(k["t_t_ms"] > 0 and k["c"] > 0 for k in kinds.values())
+    assert report["timings bundled-tinystories"]["aot_build_s"] > 0
+    assert len(report["app race"]) == 4 and all(status.startswith("✓") for status in report["app race"].values())
     assert "== summary" in run.stdout and "FAILED" not in run.stdout
 
 

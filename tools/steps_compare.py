@@ -1,6 +1,10 @@
 """Eager, static and compiled steps on one pair, in one interleaved run: is capturing the steps worth it here?
 
     python -m tools.steps_compare [--preset smollm2-135m] [--steps eager,static,compiled] [--out FILE]
+    python -m tools.steps_compare --plain --steps eager,static,compiled,aot --out docs/results/steps_cpu_plain.json
+
+``--plain``: fp32 weights as transformers keeps them and the draft's whole vocabulary (no compact kernel,
+no reduced head): what every kind of step, aot included, can run.
 
 For each kind of step: the baseline and the draft model at γ, prompt by prompt in turns (time_interleaved:
 the machine's drift lands on every row alike), after a warm-up that compiles every shape; prints t_t (the
@@ -13,12 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from specdemo.cli.common import bench_prompts
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_timed
 from specdemo.measure.bench import SpecdemoJob, time_interleaved
-from specdemo.models import PRESETS, encode_prompt, load_pair
+from specdemo.models import PRESETS, LoadOptions, encode_prompt, load_pair
 from specdemo.recipes.card import machine
 
 
@@ -29,9 +34,13 @@ def main() -> None:
     parser.add_argument("--gamma", type=int, default=None, help="default: the preset's")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=5, help="how many of the preset's held-out prompts")
+    parser.add_argument("--plain", action="store_true", help="plain fp32 weights and the draft's whole vocabulary")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     preset = PRESETS[args.preset]
+    if args.plain:
+        plain = LoadOptions(dtype="float32", quantization="none")
+        preset = replace(preset, target_options=plain, draft_options=plain, draft_vocab=0)
     pair = load_pair(
         preset.target, preset.draft, preset.target_options, preset.draft_options, draft_vocab=preset.draft_vocab
     )
@@ -66,6 +75,7 @@ def main() -> None:
     record = {"measured": time.strftime("%Y-%m-%d"), "machine": machine()}
     record |= {
         "preset": args.preset,
+        "weights": "plain fp32, the draft's whole vocabulary" if args.plain else "the preset's",
         "gamma": gamma,
         "max_new_tokens": args.max_new_tokens,
         "prompts": len(prompts),

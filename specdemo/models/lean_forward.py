@@ -135,8 +135,8 @@ def body_step(body, lean_layers: list[LeanLayer], input_ids: torch.Tensor, cache
 def is_plain_step(kwargs: dict) -> bool:
     """A decode step: new ids after a cache, nothing else asked for; and not being compiled (torch.compile
     traces transformers' forward and fuses its small ops itself: the lean forward saves Python, which a
-    compiled step does not run)."""
-    if torch.compiler.is_compiling():
+    compiled step does not run; an exported one neither)."""
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting():
         return False
     return kwargs.get(CACHE_ARG) is not None and kwargs.get("input_ids") is not None and set(kwargs) <= PLAIN_STEP
 
