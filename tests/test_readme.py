@@ -74,5 +74,8 @@ def test_the_result_tables_are_what_the_results_files_say():
     readme = README.read_text(encoding="utf-8")
     assert report.readme_with_results(readme) == readme
     assert (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8") == report.benchmarks_page()
+    for name in report.DOCS_WITH_DECISIONS:  # the measured decisions' tables
+        text = (ROOT / name).read_text(encoding="utf-8")
+        assert report.doc_with_decisions(name, text) == text and "kept |" in text, name
     for name in report.SOURCES:
         assert (ROOT / name).exists(), name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def add_parsers(sub) -> None:
     )
     bench.add_argument("--task-names", default=None, help="--tasks: a comma-separated subset of the task files")
     bench.add_argument(
-        "--out", default=None, help="--tasks: also write the table as JSON here; --defaults: store them here instead"
+        "--out",
+        default=None,
+        help="also write the result as JSON here (the sweep, --tasks); --defaults: store them here instead",
     )
     bench.add_argument(
         "--defaults",
@@ -180,6 +183,11 @@ def cmd_bench(args) -> None:
     result = run_bench(
         pair, prompts, gammas, args.max_new_tokens, args.repeats, not args.json, engines, urls, steps=args.steps
     )
+    if args.out:  # a results file (docs/results/), with where and when it was measured
+        from specdemo.recipes.card import machine
+
+        record = result | {"preset": args.preset, "measured": time.strftime("%Y-%m-%d"), "machine": machine()}
+        Path(args.out).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     if args.csv:
         write_csv(result, args.csv)
     if args.plot:
