@@ -120,10 +120,16 @@ compare_api = gpu(durations.compare_seconds)(api_errors(api.compare_api))
 
 
 def validate(**values):
-    """Runs before a model handler is queued: a refused setting is shown next to its input."""
+    """Runs before a model handler is queued: a refused setting never queues it (the line beside Run says why)."""
     problem = find_problem(Settings(**{name: values[name] for name in SETTING_NAMES}))
     field, message = problem or (None, "")
     return [gr.validate(name != field, message if name == field else "") for name in values]
+
+
+def refusal_line(**values):
+    """The same check, for the line beside Run: the field at fault may sit in the folded settings."""
+    problem = find_problem(Settings(**values))
+    return gr.Markdown(f"⚠ {problem[1]}" if problem else "", visible=problem is not None)
 
 
 def session_of(request: gr.Request | None) -> str | None:
@@ -163,6 +169,8 @@ def race_controls(first) -> Components:
         with gr.Column(scale=1, min_width=160):
             ui["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn")
             ui["stop_btn"] = gr.Button("Stop", variant="secondary", elem_id="stop-btn", size="sm")
+            # a refused run says why here, beside the button that was clicked (hidden otherwise: no line lost)
+            ui["refusal"] = gr.Markdown("", elem_id="refusal", visible=False)
     return ui
 
 
@@ -175,8 +183,10 @@ def method_controls(first, start: Settings) -> Components:
             method_choices(), value=start.method_label, label="Method", scale=2, elem_id="method"
         )
         ui["gamma"] = gr.Slider(1, MAX_GAMMA, value=start.gamma, step=1, label="γ (draft tokens per step)", scale=2)
-        ui["max_new_tokens"] = gr.Slider(
-            1, MAX_NEW_TOKENS, value=start.max_new_tokens, step=1, label="Max new tokens", scale=2
+        # a number box, not a slider: a slider clamps a typed 0 or 100000 in the browser without a word; here
+        # the run is refused with the reason beside Run
+        ui["max_new_tokens"] = gr.Number(
+            start.max_new_tokens, precision=0, label="Max new tokens", info=f"1 to {MAX_NEW_TOKENS}", scale=2
         )
     ui["start_line"] = gr.Markdown(start_note(PRESET), elem_id="start-note")  # the measured start, and why
     return ui
@@ -211,8 +221,8 @@ def option_accordions(first) -> Components:
 
 def model_fields(first) -> Components:
     ui: Components = {}
-    ui["target_id"] = gr.Textbox(first.target, label="Target (hub id or local folder)")
-    ui["draft_id"] = gr.Textbox(first.draft, label="Draft (hub id or local folder)")
+    ui["target_id"] = gr.Textbox(models.shown_id(first.target), label="Target (hub id or local folder)")
+    ui["draft_id"] = gr.Textbox(models.shown_id(first.draft), label="Draft (hub id or local folder)")
     ui["quantization"] = gr.Radio(
         list(models.QUANTIZATIONS),
         value=first.target_options.quantization,
@@ -371,13 +381,19 @@ def wire_race(ui: Components, settings: Components) -> None:
     race_api = dict(api_visibility="public", api_name="race")  # the live race as a stream a client can cancel
     # "always_last": a click just after "✓ done", while the finished race still closes, runs once it
     # has closed instead of being dropped (gradio's default for a click ignores it while one is pending)
-    race_event = ui["run_btn"].click(
-        run, inputs_kwargs=settings, outputs=race_outputs, trigger_mode="always_last", **(MODEL_EVENT | race_api)
+    # first the line beside Run (a refusal, or nothing: the field at fault may be folded away), then the race,
+    # which its validator keeps from being queued when refused
+    refusal = dict(inputs_kwargs=settings, outputs=ui["refusal"], queue=False, show_progress="hidden", **PRIVATE)
+    race_event = (
+        ui["run_btn"]
+        .click(refusal_line, trigger_mode="always_last", **refusal)
+        .then(run, inputs_kwargs=settings, outputs=race_outputs, **(MODEL_EVENT | race_api))
     )
     try_event = (
         ui["try_btn"]
         .click(tries.pick, [ui["try_method"], ui["preset"]], [ui["method_label"], ui["gamma"]], **PRIVATE)
-        .success(run, inputs_kwargs=settings, outputs=race_outputs, **MODEL_EVENT)
+        .success(refusal_line, **refusal)
+        .then(run, inputs_kwargs=settings, outputs=race_outputs, **MODEL_EVENT)
     )
     methods_out = [ui["methods_plot"], ui["methods_table"], ui["zoo_plot"]]
     for event in (race_event, try_event):  # after every race

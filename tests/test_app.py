@@ -122,7 +122,7 @@ def test_the_bundled_pair_lower_cases_the_prompt_and_says_so():
         ({"gamma": 0}, "gamma", "between 1 and 32"),
         ({"temperature": -1.0}, "temperature", "temperature must be"),
         ({"top_p": None}, "top_p", "top_p must be a number"),
-        ({"max_new_tokens": 100000}, "max_new_tokens", "max_new_tokens must be at most"),
+        ({"max_new_tokens": 100000}, "max_new_tokens", "max new tokens must be at most"),
         ({"method_label": "token tree", "tree_depth": 99}, "tree_depth", "tree depth"),
     ],
 )

@@ -108,8 +108,11 @@ def open_settings(page):
 
 
 def set_number(page, label: str, value):
+    """A slider's number box, or a number field (Max new tokens)."""
     open_settings(page)
     field = page.locator(f"input[aria-label='number input for {label}']")
+    if not field.count():
+        field = page.get_by_label(label, exact=True)
     field.fill(str(value))
     field.press("Enter")
 
@@ -351,9 +354,26 @@ def test_prompt_is_shown_as_text_never_run(page):
 def test_an_empty_prompt_is_marked_not_run(page):
     page.locator("#prompt textarea").fill("   ")
     page.locator("#run-btn").click()
-    # next to the field at fault (gradio also repeats it in a hidden status line for screen readers)
-    page.locator("#prompt").get_by_text("the prompt is empty").wait_for(timeout=60_000)  # a loaded CI machine
+    # beside Run, where it is in view whatever is folded (gradio also repeats it in a hidden status line)
+    page.locator("#refusal").get_by_text("the prompt is empty").wait_for(timeout=60_000)  # a loaded CI machine
     assert settings_open(page)  # a refused run leaves the settings where they were
+    no_error_badge(page)
+
+
+def test_a_length_out_of_range_is_refused_beside_run_and_the_panes_stay(page):
+    """0 and 100000 typed into Max new tokens: never clamped in silence, never run; the line beside Run
+    says why (the field may be folded away), the last race's panes stay, and a good length clears it."""
+    run_race(page, 8)
+    before = page.locator("#baseline-pane").inner_text()
+    for bad, why in ((0, "must be a whole number ≥ 1, got 0"), (100000, "at most")):
+        set_number(page, "Max new tokens", bad)
+        page.locator("#run-btn").click()
+        page.locator("#refusal").get_by_text(why).wait_for(timeout=60_000)
+        assert page.locator("#refusal").bounding_box()["y"] < page.locator("#baseline-pane").bounding_box()["y"]
+        assert page.locator("#baseline-pane").inner_text() == before and "✓ done" in status(page)
+    page.screenshot(path=str(ARTIFACTS / "browser-refused-length.png"))
+    run_race(page, 8)
+    assert not page.locator("#refusal").is_visible()  # the control: a run that goes ahead clears the line
     no_error_badge(page)
 
 

@@ -148,7 +148,7 @@ def test_step_timings_are_recorded(llama_pair):
     "prompt, changes, message",
     [
         ([], {}, "prompt is empty"),
-        ([1], {"max_new_tokens": 0}, "max_new_tokens must be a whole number ≥ 1"),
+        ([1], {"max_new_tokens": 0}, "max new tokens must be a whole number ≥ 1"),
         ([1], {"max_new_tokens": 5000}, "at most 2048"),
         ([1], {"gamma": 0}, "between 1 and 32"),
         ([1], {"gamma": 33}, "between 1 and 32"),

@@ -25,6 +25,8 @@ from specdemo.models import (
     encode_prompt,
     load_pair,
     lowercases,
+    resolved_id,
+    shown_id,
     smollm2,
     start_settings,
     steps_here,
@@ -96,6 +98,9 @@ class Settings:
     vllm_baseline_url: str = ""
     vllm_speculative_url: str = ""
 
+    def __post_init__(self):  # the page shows a repository folder relative to it: the server loads it by its path
+        self.target_id, self.draft_id = resolved_id(self.target_id), resolved_id(self.draft_id)
+
     @classmethod
     def from_preset(cls, name: str, **changes) -> Settings:
         p = PRESETS[name]
@@ -165,7 +170,7 @@ def whole(value, name: str) -> int:
 
 def find_problem(s: Settings) -> tuple[str, str] | None:
     """The first setting a run would refuse, found without loading a model: (setting, message).
-    The app's validator shows it next to that input before anything is queued."""
+    The app shows it beside Run, and its validator keeps the run from being queued."""
     try:
         check_request(s.prompt, s.config())
         whole(s.draft_vocab or 0, "draft_vocab")
@@ -329,8 +334,8 @@ def preset_fields(name: str) -> tuple:
     s = Settings.from_preset(name)
     examples = list(p.examples)
     return (
-        p.target,
-        p.draft,
+        shown_id(p.target),
+        shown_id(p.draft),
         p.target_options.quantization,
         p.target_options.dtype,
         p.chat_template,

@@ -115,9 +115,9 @@ def validate_config(config: DecodeConfig) -> None:
     """Every check that needs no model: run it before loading anything."""
     n = config.max_new_tokens
     if not isinstance(n, int) or n <= 0:
-        raise InputError(f"max_new_tokens must be a whole number ≥ 1, got {n}", field="max_new_tokens")
+        raise InputError(f"max new tokens must be a whole number ≥ 1, got {n}", field="max_new_tokens")
     if n > config.max_new_tokens_cap:
-        raise InputError(f"max_new_tokens must be at most {config.max_new_tokens_cap}, got {n}", field="max_new_tokens")
+        raise InputError(f"max new tokens must be at most {config.max_new_tokens_cap}, got {n}", field="max_new_tokens")
     if not 1 <= config.gamma <= MAX_GAMMA:
         raise InputError(f"γ (draft length) must be between 1 and {MAX_GAMMA}, got {config.gamma}", field="gamma")
     if config.schedule not in SCHEDULES:

@@ -50,6 +50,8 @@ from specdemo.models.presets import (  # noqa: F401
     default_preset_notice,
     lowercases,
     on_zero_gpu,
+    resolved_id,
+    shown_id,
     smollm2_ready,
     start_settings,
     startup_preset,

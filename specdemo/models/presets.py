@@ -32,6 +32,23 @@ SMOLLM2_FEATURE = str(
     )
 )
 PROMPTS = ASSETS.parent / "prompts"
+REPOSITORY = ASSETS.parents[1]
+
+
+def shown_id(model_id: str) -> str:
+    """A model id as a page shows it: a folder of this repository relative to it (the server's own path stays
+    on the server)."""
+    path = Path(model_id)
+    return path.relative_to(REPOSITORY).as_posix() if path.is_relative_to(REPOSITORY) else model_id
+
+
+def resolved_id(model_id: str) -> str:
+    """What a page sent back: a folder of this repository as the presets name it, else the id as typed."""
+    model_id = (model_id or "").strip()
+    inside = REPOSITORY / model_id
+    return str(inside) if model_id and not Path(model_id).is_absolute() and inside.is_dir() else model_id
+
+
 DEFAULTS_DIR = ASSETS.parent / "defaults"  # each preset's measured start: method, γ, length (measure/defaults.py)
 
 
