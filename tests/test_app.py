@@ -12,6 +12,7 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
+from pathlib import Path
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -603,3 +604,20 @@ def test_a_start_pair_that_does_not_load_is_one_log_line_and_run_says_the_rest(m
     warmup.start("bundled-tinystories").exception(timeout=30)
     assert warmup.status() == ("", True)  # the button says Run again: a click shows the error in full
     assert [r.getMessage() for r in caplog.records if r.name == "specdemo.app"] == ["refused: no such model here"]
+
+
+def test_the_page_shows_no_server_path_and_the_server_loads_what_it_shows():
+    """The model fields show a repository folder relative to it; the settings resolve it back to the path
+    the presets (and the model cache) use. Hub ids and unknown names pass unchanged."""
+    import app
+    from specdemo.models import shown_id
+
+    root = Path(app.__file__).resolve().parent
+    page = json.dumps(app.demo.config, default=str)
+    assert str(root) not in page and str(Path.home()) not in page
+    shown = app_settings.preset_fields("bundled-tinystories")[0]
+    assert shown == "assets/models/tinystories-target" == shown_id(BUNDLED_TARGET)
+    assert Settings(target_id=shown).target_id == BUNDLED_TARGET  # what the cache knows it by
+    hub = PRESETS["qwen2.5-3b+0.5b"].target
+    assert shown_id(hub) == hub and Settings(target_id=hub).target_id == hub
+    assert Settings(target_id="assets/models/no-such-folder").target_id == "assets/models/no-such-folder"
