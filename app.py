@@ -74,7 +74,9 @@ def race_on_device(request: gr.Request, progress=gr.Progress(track_tqdm=True), *
 
 
 def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), **settings):
-    """The race. On ZeroGPU its worker keeps nothing: suffix decoding's answer is filed here."""
+    """The race, streamed: both panes, the summary and the figures as they change (a client may cancel it)."""
+    # (the API page shows this docstring) on ZeroGPU the GPU worker keeps nothing: suffix decoding's answer is
+    # filed here, in the process that lives on
     last = None
     for last in race_on_device(request, progress=progress, **settings):
         yield last

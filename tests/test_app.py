@@ -615,6 +615,8 @@ def test_the_page_shows_no_server_path_and_the_server_loads_what_it_shows():
     root = Path(app.__file__).resolve().parent
     page = json.dumps(app.demo.config, default=str)
     assert str(root) not in page and str(Path.home()) not in page
+    api_page = app.demo.get_api_info()  # what "Use via API" shows: no internal note either
+    assert "ZeroGPU" not in json.dumps(api_page) and str(root) not in json.dumps(api_page)
     shown = app_settings.preset_fields("bundled-tinystories")[0]
     assert shown == "assets/models/tinystories-target" == shown_id(BUNDLED_TARGET)
     assert Settings(target_id=shown).target_id == BUNDLED_TARGET  # what the cache knows it by

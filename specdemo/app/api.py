@@ -29,8 +29,8 @@ def compare_api(
     method: str = methods.DRAFT.name,
     preset: str = startup_preset(),
 ) -> dict:
-    """Baseline vs speculative on one prompt: the JSON of `python -m specdemo generate --json`.
-    Raises SpecDemoError with a clear message (the API's caller sees it)."""
+    """Baseline vs speculative on one prompt: the JSON of `python -m specdemo generate --json`. A refused input
+    comes back as an error of one clear line."""
     try:
         if preset not in PRESETS:
             raise InputError(f"unknown preset {preset!r}: one of {', '.join(PRESETS)}")
