@@ -75,7 +75,7 @@ def add_parsers(sub) -> None:
 
 # Draft-model variants the methods × tasks table races beside the registry's methods: each runs a
 # registered method (its value) with another draft model (``drafter_for`` loads it).
-DRAFT_VARIANTS = {"self-int8": "draft", "feature-hybrid": "hybrid"}
+DRAFT_VARIANTS = {"self-int8": methods.DRAFT.name, "feature-hybrid": methods.HYBRID.name}
 SELF_DRAFT_GAMMA = 2  # the target in int8 drafts for itself: right almost always, but it costs ≈ 0.7 of a step
 
 

@@ -60,6 +60,12 @@ class Method:
         return self.tree and self.draft_model
 
     @property
+    def ahead_of_time(self) -> bool:
+        """Can its steps run from a package compiled ahead of time (``aot.py``)? Chains only: the package has
+        no attention mask (a tree's) and returns no hidden states (a feature drafter's)."""
+        return not self.tree and self.drafts != "feature"
+
+    @property
     def on_vllm(self) -> bool:
         """A side of its race streams from a vLLM server."""
         return self.runner in ("vllm", "vllm-vs-specdemo")
@@ -229,7 +235,7 @@ register(
         start=True,
     )
 )
-register(
+HYBRID = register(
     Method(
         "hybrid",
         "hybrid: suffix decoding where it has seen the text, else the draft model",

@@ -130,8 +130,7 @@ def validate_config(config: DecodeConfig) -> None:
         validate_suffix(config.suffix)
     if config.steps not in STEPS:
         raise InputError(f"steps must be one of {', '.join(STEPS)}, got {config.steps!r}", field="steps")
-    if config.steps == "aot" and (method.tree or method.drafts == "feature"):
-        # the package's one signature has no attention mask (a tree's) and no hidden states (a feature drafter's)
+    if config.steps == "aot" and not method.ahead_of_time:
         raise InputError(f"steps compiled ahead of time run chains only: {method.short} needs static or compiled")
 
 

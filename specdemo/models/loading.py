@@ -159,7 +159,7 @@ def steps_here(steps: str, method, models: list) -> tuple[str, str]:
 
     if steps == "compiled" and on_zero_gpu() and all(aot.has_package(m) for m in models):
         steps = "aot"  # what a ZeroGPU Space compiled at start-up
-    if steps == "aot" and (method.tree or method.drafts == "feature"):
+    if steps == "aot" and not method.ahead_of_time:
         return "static", f"static steps: {method.short} does not run from steps compiled ahead of time"
     if steps == "aot" and on_zero_gpu() and not all(aot.has_package(m) for m in models):
         return "static", "static steps: this pair's steps were not compiled at start-up (SPECDEMO_STEPS=aot does)"
