@@ -104,7 +104,7 @@ def test_sample_json(tiny_folders):
     [
         (["--prompt", "   "], "prompt is empty"),
         (["--prompt", "hi", "--gamma", "0"], "between 1 and 32"),
-        (["--prompt", "hi", "--max-new-tokens", "-3"], "max_new_tokens"),
+        (["--prompt", "hi", "--max-new-tokens", "-3"], "max new tokens"),
         (["--prompt", "hi", "--temperature", "nan"], "temperature"),
         (["--prompt", "hi", "--top-p", "0"], "top_p"),
         (["--prompt", "hi", "--top-k", "-2"], "top_k"),
