@@ -57,12 +57,18 @@ def gpu(duration):
     return spaces.GPU(duration=duration) if spaces is not None else (lambda fn: fn)
 
 
+def zero_gpu_package(program, inductor_configs) -> bytes:
+    """ZeroGPU's own AOTInductor compile (it also clears the libraries' executable-stack flag, which its workers
+    refuse); only the package is kept: the weights stay the preloaded model's (decoding/aot.py)."""
+    return spaces.aoti_compile(program, inductor_configs).archive_file.getvalue()
+
+
 if ZERO_GPU:  # a GPU call cannot keep what it loads: load the pairs now, serve only them (docs/deploy.md)
     wanted = [PRESET, *env.get("SPECDEMO_ZERO_GPU_PRESETS").split(",")]
     CHOICES = list(dict.fromkeys(n.strip() for n in wanted if n.strip()))
     models.preload_presets(CHOICES)
     if env.get("SPECDEMO_STEPS") in ("compiled", "aot"):  # nothing compiles while serving: once, now, on the GPU
-        models.install_ahead(gpu(durations.ahead_seconds)(models.compile_ahead)())
+        models.install_ahead(gpu(durations.ahead_seconds)(models.compile_ahead)(package=zero_gpu_package))
 else:
     CHOICES = list(models.PRESETS)
 

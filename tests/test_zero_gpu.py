@@ -20,24 +20,26 @@ from specdemo.app import settings as app_settings
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_app_keeps_the_zero_gpu_contract():
+def zero_gpu_session(script: str, **env) -> dict:
+    """Run ``tests/<script>`` as a ZeroGPU Space runs the app (the fake spaces first on the path, the bundled
+    pair preloaded); → the JSON it prints on its RESULT line."""
     env = os.environ | {
         "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fake_spaces"), str(ROOT)]),
         "SPACES_ZERO_GPU": "true",
         "SPECDEMO_PRESET": "bundled-tinystories",
         "SPECDEMO_ZERO_GPU_PRESETS": "bundled-tinystories",
+        **env,
     }
     run = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "zero_gpu_session.py")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [sys.executable, str(ROOT / "tests" / script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
     )
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert run.returncode == 0 and lines, run.stderr[-3000:]
-    out = json.loads(lines[0][len("RESULT ") :])
+    return json.loads(lines[0][len("RESULT ") :])
+
+
+def test_the_app_keeps_the_zero_gpu_contract():
+    out = zero_gpu_session("zero_gpu_session.py")
     assert out["imported_before_spaces"] == []  # `import spaces` comes first in app.py
     assert out["zero_gpu"] and out["choices"] == ["bundled-tinystories"] and out["frozen"]
     assert out["race_status"].startswith("✓ done") and out["race_tokens"] == 16
@@ -57,26 +59,10 @@ def test_a_zero_gpu_space_compiles_its_steps_ahead_of_time_once_and_every_race_r
     model's step; its packages come back by pickle, and a race's worker (another fork) runs them: the
     same tokens as eager steps. "compiled" there means the same packages; "eager" runs none."""
     counts = tmp_path / "aot-calls"
-    env = os.environ | {
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fake_spaces"), str(ROOT)]),
-        "SPACES_ZERO_GPU": "true",
-        "SPECDEMO_PRESET": "bundled-tinystories",
-        "SPECDEMO_ZERO_GPU_PRESETS": "bundled-tinystories",
-        "SPECDEMO_STEPS": "aot",
-        "AOT_COUNTS": str(counts),
-    }
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "zero_gpu_aot_session.py")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert run.returncode == 0 and lines, run.stderr[-3000:]
-    out = json.loads(lines[0][len("RESULT ") :])
+    out = zero_gpu_session("zero_gpu_aot_session.py", SPECDEMO_STEPS="aot", AOT_COUNTS=str(counts))
     assert [name for name, _ in out["calls"]][0] == "compile_ahead" and out["packages"] == 2
+    # through ZeroGPU's own spaces.aoti_compile, once per model, in the start-up call's worker (not here)
+    assert out["compiles"] == {"calls": 2, "workers": 1, "parent": False}
     aot, eager, compiled = out["aot"], out["eager"], out["compiled"]
     assert aot["status"].startswith("✓ done") and "static steps" not in aot["status"], aot["status"]
     assert aot["ran"] == "aot" and compiled["ran"] == "aot" and eager["ran"] == "eager"

@@ -70,8 +70,16 @@ def empty_cache(model, length: int) -> tuple[list[torch.Tensor], list[torch.Tens
     return [layer.keys.clone() for layer in cache.layers], [layer.values.clone() for layer in cache.layers]
 
 
-def build(model) -> bytes:
-    """Export ``model``'s step and compile it with AOTInductor: the package's bytes (tens of seconds)."""
+def package_here(program, inductor_configs: dict) -> bytes:
+    """AOTInductor's package of an exported program, as bytes."""
+    package = io.BytesIO()
+    torch._inductor.aoti_compile_and_package(program, package_path=package, inductor_configs=inductor_configs)
+    return package.getvalue()
+
+
+def build(model, package=package_here) -> bytes:
+    """Export ``model``'s step and compile it with AOTInductor (``package``: how, e.g. through ZeroGPU's own
+    ``spaces.aoti_compile``): the package's bytes (tens of seconds)."""
     started = time.perf_counter()
     keys, values = empty_cache(model, 2 * STATIC_ROUNDING)
     ids = torch.zeros((1, 2), dtype=torch.long, device=model.device)
@@ -84,10 +92,9 @@ def build(model) -> bytes:
         dynamic_shapes=({1: fed}, None, per_layer, per_layer),
         strict=False,
     )
-    package = io.BytesIO()
-    torch._inductor.aoti_compile_and_package(program, package_path=package, inductor_configs=INDUCTOR)
+    built = package(program, INDUCTOR)
     log.info("compiled %s's steps ahead of time in %.1f s", type(model).__name__, time.perf_counter() - started)
-    return package.getvalue()
+    return built
 
 
 def install(model, package: bytes) -> None:

@@ -146,7 +146,7 @@ def preload_presets(names: list[str], cache: ModelCache | None = None) -> None:
     cache.frozen = True
 
 
-def compile_ahead(cache: ModelCache | None = None) -> dict[tuple, bytes]:
+def compile_ahead(cache: ModelCache | None = None, package=aot.package_here) -> dict[tuple, bytes]:
     """Every loaded model's steps compiled ahead of time (``aot.build``), by cache key; a model that cannot
     be is left out (its races run static steps, with a line). On ZeroGPU this runs in the start-up GPU
     call: the bytes come back by pickle and ``install_ahead`` gives them to the models it forked from."""
@@ -158,7 +158,7 @@ def compile_ahead(cache: ModelCache | None = None) -> dict[tuple, bytes]:
             log.info("%s: not compiled ahead of time: %s", key[0], problem)
             continue
         try:
-            packages[key] = aot.build(model)
+            packages[key] = aot.build(model, package)
         except Exception as error:  # noqa: BLE001 (one model that does not export: its races run static steps)
             log.warning("%s: not compiled ahead of time: %s", key[0], str(error).splitlines()[0])
     return packages

@@ -75,3 +75,17 @@ def _work(task, payload, send):
         send.send(("end", None))
     except BaseException as error:  # noqa: BLE001 (handed back, as spaces does)
         send.send(("error", pickle.dumps(error)))
+
+
+def aoti_compile(exported_program, inductor_configs=None):
+    """As the real one (spaces/zero/torch/aoti.py): AOTInductor's package of the exported program, in
+    ``archive_file`` (a BytesIO). The real one also strips the libraries' executable-stack flag and keeps the
+    weights beside it, in ``weights``; here they are left out."""
+    import io
+    import types
+
+    import torch
+
+    archive = io.BytesIO()
+    torch._inductor.aoti_compile_and_package(exported_program, package_path=archive, inductor_configs=inductor_configs)
+    return types.SimpleNamespace(archive_file=archive)
