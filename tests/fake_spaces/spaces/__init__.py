@@ -77,15 +77,30 @@ def _work(task, payload, send):
         send.send(("error", pickle.dumps(error)))
 
 
+# the real package's overrides (spaces/zero/torch/aoti.py, torch ≥ 2.10): the weights stay out of the libraries
+AOTI_OVERRIDES = {
+    "aot_inductor.package_constants_in_so": False,
+    "aot_inductor.package": True,
+    "always_keep_tensor_constants": True,
+    "joint_graph_constant_folding": False,
+    "aot_inductor.package_constants_on_disk_format": "pickle_weights",
+}
+
+
 def aoti_compile(exported_program, inductor_configs=None):
-    """As the real one (spaces/zero/torch/aoti.py): AOTInductor's package of the exported program, in
-    ``archive_file`` (a BytesIO). The real one also strips the libraries' executable-stack flag and keeps the
-    weights beside it, in ``weights``; here they are left out."""
+    """The real one's route (spaces/zero/torch/aoti.py): ``torch._inductor.aot_compile`` of the exported
+    program's module at its example inputs with its overrides, the files packaged into ``archive_file``
+    (a BytesIO). The real one also strips the libraries' executable-stack flag and keeps the weights in
+    ``weights``; here they are left out."""
     import io
     import types
 
     import torch
+    from torch._inductor.package.package import package_aoti
 
+    args, kwargs = exported_program.example_inputs
+    options = {**(inductor_configs or {}), **AOTI_OVERRIDES}
+    artifacts = torch._inductor.aot_compile(exported_program.module(), args, kwargs, options=options)
     archive = io.BytesIO()
-    torch._inductor.aoti_compile_and_package(exported_program, package_path=archive, inductor_configs=inductor_configs)
+    package_aoti(archive, [f for f in artifacts if isinstance(f, str)])
     return types.SimpleNamespace(archive_file=archive)
