@@ -142,6 +142,7 @@ class CachedLM:
             from specdemo.decoding import aot
 
             aot.ensure(self.model)
+            aot.runner(self.model)  # loaded here, not in the first timed step (a ZeroGPU worker loads its own)
         if self.steps != "compiled":
             return
         self.ensure_cache(first_feed)
