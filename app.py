@@ -34,6 +34,7 @@ from specdemo.app.settings import (
     find_problem,
     method_choices,
     preset_fields,
+    refusal_line,
     start_note,
 )
 from specdemo.decoding import methods
@@ -132,12 +133,6 @@ def validate(**values):
     problem = find_problem(Settings(**{name: values[name] for name in SETTING_NAMES}))
     field, message = problem or (None, "")
     return [gr.validate(name != field, message if name == field else "") for name in values]
-
-
-def refusal_line(**values):
-    """The same check, for the line beside Run: the field at fault may sit in the folded settings."""
-    problem = find_problem(Settings(**values))
-    return gr.Markdown(f"⚠ {problem[1]}" if problem else "", visible=problem is not None)
 
 
 def session_of(request: gr.Request | None) -> str | None:
@@ -455,12 +450,7 @@ def wire_tabs(demo: gr.Blocks, ui: Components, settings: Components) -> None:
     demo.load(lambda: gr.Dropdown(choices=method_choices()), None, ui["method_label"], **PRIVATE)
     # the start pair's loading (launch() starts it), on the Run button each second until it is over
     timer = gr.Timer(1.0)
-    timer.tick(run_label, None, [ui["run_btn"], timer], show_progress="hidden", **PRIVATE)
-
-
-def run_label():
-    doing, over = warmup.status()
-    return gr.Button(f"Run ({doing})" if doing else "Run"), gr.Timer(active=not over)
+    timer.tick(warmup.run_label, None, [ui["run_btn"], timer], show_progress="hidden", **PRIVATE)
 
 
 def build_demo() -> gr.Blocks:

@@ -180,6 +180,13 @@ def find_problem(s: Settings) -> tuple[str, str] | None:
     return None
 
 
+def refusal_line(**values) -> dict:
+    """The line beside Run: what a run with these settings would be refused for (the field at fault may sit in
+    the folded settings), or nothing, hidden."""
+    problem = find_problem(Settings(**values))
+    return update(value=f"⚠ {problem[1]}" if problem else "", visible=problem is not None)
+
+
 def friendly(error: BaseException) -> str:
     """One clear line for the person at the screen. Refused input is logged as one line; an
     unexpected error with its traceback."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from specdemo.app import model_thread
-from specdemo.app.settings import Settings, converting, friendly, pair_for
+from specdemo.app.settings import Settings, converting, friendly, pair_for, update
 from specdemo.models import smollm2
 
 _loading: dict[str, object] = {}  # "settings", "future": the one warm-up of this process
@@ -32,3 +32,9 @@ def status() -> tuple[str, bool]:
     if future.exception() is not None:
         friendly(future.exception())  # the log's line
     return "", True
+
+
+def run_label() -> tuple[dict, dict]:
+    """The Run button's label while the start pair loads, and whether its timer goes on ticking."""
+    doing, over = status()
+    return update(value=f"Run ({doing})" if doing else "Run"), update(active=not over)
