@@ -124,3 +124,12 @@ def test_the_environment_check_catches_a_stray_read_and_an_unlisted_name():
         "specdemo.models.cache: reads the environment itself",
         "specdemo.models.cache: SPECDEMO_NEW",
     ]
+
+
+def test_no_module_is_longer_than_a_room():
+    """A module a newcomer can read: at most 500 lines (app.py and every module of the package)."""
+    root = Path(__file__).resolve().parent.parent
+    files = [root / "app.py", *(root / "specdemo").rglob("*.py")]
+    long = {f.relative_to(root).as_posix(): n for f in files if (n := len(f.read_text().splitlines())) > 500}
+    assert not long, long
+    assert len(files) > 50  # the control: the walk found the package
