@@ -54,6 +54,8 @@ def test_eager_steps_are_bound_by_the_host_and_captured_ones_by_the_bytes():
     captured = gpu_step_s(cost, small, BANDWIDTH["H200"], kernels=400)
     assert eager == pytest.approx(0.010 + 1000 * 5e-6)  # the host's issue time
     assert captured == pytest.approx(small / BANDWIDTH["H200"] + 400 * 2e-6) and captured < eager / 10
+    ahead = gpu_step_s(cost, small, BANDWIDTH["H200"], kernels=400, graph=False)  # launched from C++, no graph
+    assert ahead == pytest.approx(max(small / BANDWIDTH["H200"] + 400 * 2e-6, 400 * 5e-6)) and captured <= ahead
     huge = 1e12  # the control: weights so large the device is slower than the host either way
     assert gpu_step_s(cost, huge, BANDWIDTH["H200"]) == pytest.approx(huge / BANDWIDTH["H200"] + 1000 * 2e-6)
 

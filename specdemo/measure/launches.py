@@ -6,7 +6,9 @@ one by one, so it costs about (host time per op + a launch) × its ops, which gr
 once and the step is bound by the device: reading the weights once (bytes / memory bandwidth), plus a
 floor per kernel. So a draft's cost c eager is about its ops' share of the target's (≈ its layer ratio),
 captured about its bytes' share (≈ its parameter ratio), and the speedup τ / (γ·c + t_v/t_t)
-(Leviathan et al.) follows.
+(Leviathan et al.) follows. Ahead of time (aot: AOTInductor, what ZeroGPU runs) the same fused kernels are
+launched one by one from compiled C++ with no graph: no Python, but a launch each, so the slower of the
+device's time and the launches'.
 
 Measured here, per preset's architecture (its ``config.json`` in assets/configs/, or the local folder's):
 each eager step's non-view aten ops (every one a kernel launch on a GPU) and its host time, on a
@@ -151,11 +153,15 @@ def captured_kernels(config, cost: StepCost) -> int:
     return metrics.generated_kernel_count + cost.library_ops
 
 
-def gpu_step_s(cost: StepCost, nbytes: float, bandwidth: float, kernels: int | None = None) -> float:
+def gpu_step_s(
+    cost: StepCost, nbytes: float, bandwidth: float, kernels: int | None = None, graph: bool = True
+) -> float:
     """Device: the weights once plus a floor per kernel. Eager (``kernels`` None): the host issues every
-    op, overlapping the device, so the slower of the two. Captured: the device alone, its fused kernels."""
+    op, overlapping the device, so the slower of the two. Captured: the device alone, its fused kernels.
+    Fused kernels without a graph (``graph`` False: ahead of time): the slower of the device and their launches."""
     if kernels is not None:
-        return nbytes / bandwidth + kernels * KERNEL_FLOOR_S
+        device = nbytes / bandwidth + kernels * KERNEL_FLOOR_S
+        return device if graph else max(device, kernels * LAUNCH_S)
     return max(nbytes / bandwidth + cost.ops * KERNEL_FLOOR_S, cost.host_s + cost.ops * LAUNCH_S)
 
 
@@ -173,17 +179,18 @@ def predict(target_id: str, draft_id: str, dtype: str, draft_dtype: str, gpu: st
     t1, d1 = target_steps[1], step_cost(draft, 1)
     verify = {g: target_steps[g + 1] for g in gammas}
     # a captured verify has the one-token step's kernels (the same graph, k rows)
-    kernels = {"eager": (None, None), "captured": (captured_kernels(target, t1), captured_kernels(draft, d1))}
+    fused = (captured_kernels(target, t1), captured_kernels(draft, d1))
+    kernels = {"eager": (None, None, True), "captured": (*fused, True), "aot": (*fused, False)}
     out = {"target": target_id, "draft": draft_id, "gpu": gpu, "target_ops": t1.ops, "draft_ops": d1.ops}
     out |= {"target_layers": target.num_hidden_layers, "draft_layers": draft.num_hidden_layers}
     out |= {"target_kernels": kernels["captured"][0], "draft_kernels": kernels["captured"][1]}
     out |= {"bytes_ratio": db / tb, "ops_ratio": d1.ops / t1.ops, "host_ms": 1000 * t1.host_s, "kinds": {}}
-    for kind, (target_kernels, draft_kernels) in kernels.items():
-        t_t = gpu_step_s(t1, tb, bw, target_kernels)
-        c = gpu_step_s(d1, db, bw, draft_kernels) / t_t
+    for kind, (target_kernels, draft_kernels, graph) in kernels.items():
+        t_t = gpu_step_s(t1, tb, bw, target_kernels, graph)
+        c = gpu_step_s(d1, db, bw, draft_kernels, graph) / t_t
         rows = {}
         for alpha in ALPHAS:
-            ratio = {g: gpu_step_s(verify[g], tb, bw, target_kernels) / t_t for g in gammas}
+            ratio = {g: gpu_step_s(verify[g], tb, bw, target_kernels, graph) / t_t for g in gammas}
             best = max(gammas, key=lambda g: tau(alpha, g) / (g * c + ratio[g]))
             rows[alpha] = {"gamma": best, "speedup": tau(alpha, best) / (best * c + ratio[best]), "tv_tt": ratio[best]}
         out["kinds"][kind] = {"t_t_ms": 1000 * t_t, "c": c, "by_alpha": rows}

@@ -167,7 +167,10 @@ def cost_table() -> str:
     return (
         f"**PREDICTED on an H200, not measured** (no GPU was lent to this work): each GPU preset's steps from its "
         f"architecture with random weights (ops and host time measured on this CPU, kernels as torch.compile "
-        f"fuses them, bytes from the config, stated constants: `measure/launches.py`), {d['measured']}. "
+        f"fuses them, bytes from the config, stated constants: `measure/launches.py`), {d['measured']}. *captured*: "
+        f"CUDA graphs (compiled steps on a dedicated GPU); *aot*: the same kernels compiled ahead of time and launched "
+        f"without a graph (ZeroGPU); NF4's rows other than eager are what they would be if bitsandbytes' layers "
+        f"could be captured, which they cannot. "
         f"{source('docs/results/cost_model.json')}\n\n"
         + table(["preset", "steps", "t_t ms", "c", f"speedup at α {alphas}"], rows)
     )
@@ -245,13 +248,19 @@ def headline() -> str:
         f"| `bundled-tinystories` (CPU) | **{bundled['speedup_over_baseline']:.2f}×** its baseline with the draft "
         f"model, γ {bundled['gamma']} (measured) | `docs/results/bench_bundled.json` |",
     ]
+
+    def span(kind: dict) -> str:
+        speedups = [r["speedup"] for r in kind["by_alpha"].values()]
+        return f"{min(speedups):.2f}–{max(speedups):.2f}×"
+
     for name, p in cost.items():
         nf4 = PRESETS[name].target_options.quantization == "4bit"  # bitsandbytes' layers are not captured
-        best = p["kinds"]["eager" if nf4 else "captured"]["by_alpha"]
+        kinds = p["kinds"]
+        figure = f"{span(kinds['eager'])} with eager steps" if nf4 else f"{span(kinds['captured'])} with compiled steps"
+        if not nf4 and "aot" in kinds:  # what ZeroGPU runs: compiled ahead of time, launched without a graph
+            figure += f", {span(kinds['aot'])} ahead of time (ZeroGPU)"
         lines.append(
-            f"| `{name}` (GPU) | {min(r['speedup'] for r in best.values()):.2f}–"
-            f"{max(r['speedup'] for r in best.values()):.2f}× with {'eager' if nf4 else 'compiled'} steps at α "
-            f"{' to '.join(list(best)[::2])} "
+            f"| `{name}` (GPU) | {figure} at α {' to '.join(list(kinds['eager']['by_alpha'])[::2])} "
             "(**predicted**, no GPU was lent) | `docs/results/cost_model.json` |"
         )
     return (
