@@ -7,6 +7,8 @@
    time, export + AOTInductor, with its build time): t_t, t_d, c, t_v/t_t, and the speedup τ / (γ·c + t_v/t_t)
    they give at the α the cost model uses (random weights accept nothing, so τ comes from α: a prediction
    from measured step costs);
+   and, as an experiment, the aot package's steps recorded in CUDA graphs (aot+graph: the lever docs/design.md
+   names), its failure reported rather than failing the run;
 3. the seed prompt's race through the app's own handler (race_tab.stream), on compiled and aot steps;
 then one summary table, and everything as JSON in $OUT/gpu_check.json. Any missing piece fails the run.
 GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESETS=bundled-tinystories runs the same code on a CPU (the test suite's smoke run).
@@ -98,6 +100,41 @@ def step_ms(model, kind: str, new: int, repeats: int = 20) -> float:
     return 1000 * statistics.median(times[3:])
 
 
+def graphed_ahead_ms(model, new: int, repeats: int = 20) -> float:
+    """An experiment for the lever docs/design.md names: the aot package's step recorded in a CUDA graph in
+    this process (recording is not compiling: ZeroGPU allows it) and replayed; the median synced replay."""
+    lm = CachedLM(model, steps="aot", room=GAMMA + 8)
+    lm.capture(64, [])
+    lm.forward(list(range(1, 65)))
+    ids = torch.ones((1, new), dtype=torch.long, device=lm.device)
+    position = torch.tensor(64, device=lm.device)  # every replay writes the same slots: a timing, not a decode
+    keys, values = [layer.keys for layer in lm.cache.layers], [layer.values for layer in lm.cache.layers]
+    run = aot.runner(model)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph asks
+        for _ in range(3):
+            run(ids, position, keys, values)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run(ids, position, keys, values)
+    times = []
+    for _ in range(repeats + 3):
+        synchronize(lm.device)
+        start = time.perf_counter()
+        graph.replay()
+        synchronize(lm.device)
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times[3:])
+
+
+def kind_row(t_t: float, t_d: float, t_v: float) -> dict:
+    c, ratio = t_d / t_t, t_v / t_t
+    predicted = {a: tau(a, GAMMA) / (GAMMA * c + ratio) for a in ALPHAS}
+    return {"t_t_ms": t_t, "t_d_ms": t_d, "c": c, "tv_tt": ratio, "speedup_at_alpha": predicted}
+
+
 def timings(name: str) -> dict:
     preset = PRESETS[name]
     dtype = {"auto": torch.float32}.get(preset.target_options.dtype) or getattr(torch, preset.target_options.dtype)
@@ -110,9 +147,13 @@ def timings(name: str) -> dict:
                 aot.ensure(model)
             out["aot_build_s"] = time.perf_counter() - started
         t_t, t_d, t_v = step_ms(target, kind, 1), step_ms(draft, kind, 1), step_ms(target, kind, GAMMA + 1)
-        c, ratio = t_d / t_t, t_v / t_t
-        predicted = {a: tau(a, GAMMA) / (GAMMA * c + ratio) for a in ALPHAS}
-        out["kinds"][kind] = {"t_t_ms": t_t, "t_d_ms": t_d, "c": c, "tv_tt": ratio, "speedup_at_alpha": predicted}
+        out["kinds"][kind] = kind_row(t_t, t_d, t_v)
+    if DEVICE == "cuda" and name in AOT_PRESETS:  # the experiment: a failure is its finding, not the check's
+        try:
+            steps = graphed_ahead_ms(target, 1), graphed_ahead_ms(draft, 1), graphed_ahead_ms(target, GAMMA + 1)
+            out["kinds"]["aot+graph"] = kind_row(*steps)
+        except Exception as error:  # noqa: BLE001
+            out["aot+graph failed"] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
     del target, draft
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
@@ -167,6 +208,8 @@ def main() -> int:
         + "/".join(map(str, ALPHAS))
     )
     for name in TIMED_PRESETS:
+        if "aot+graph failed" in report.get(f"timings {name}", {}):
+            print(f"{name}: aot+graph (an experiment) failed: {report[f'timings {name}']['aot+graph failed']}")
         if "aot_build_s" in report.get(f"timings {name}", {}):
             print(f"{name}: aot packages built in {report[f'timings {name}']['aot_build_s']:.0f} s (target + draft)")
         for kind, k in report.get(f"timings {name}", {}).get("kinds", {}).items():
