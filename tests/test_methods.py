@@ -30,6 +30,7 @@ TOY = methods.Method(
     drafter=lambda config, draft_model, target, store=None: RepeatDrafter(),
     suggest=99,
     start=True,
+    start_gammas=(3,),
     bench=True,
 )
 
@@ -47,6 +48,7 @@ def places() -> dict[str, bool]:
     from specdemo.app.settings import method_choices
     from specdemo.cli.bench import task_method_names
     from specdemo.measure.bench import all_engines
+    from specdemo.measure.defaults import candidates
 
     shown = io.StringIO()
     with contextlib.redirect_stdout(shown), pytest.raises(SystemExit):
@@ -57,6 +59,7 @@ def places() -> dict[str, bool]:
         "dropdown": TOY.label in [value for _, value in method_choices()],
         "bench": TOY.engine in all_engines(),
         "tasks": TOY.name in task_method_names(),
+        "start candidates": f"{TOY.name}=3" in candidates().split(","),
         "suggested": TOY.name in [m.name for m in methods.suggestions()],
     }
 

@@ -18,7 +18,7 @@ from specdemo.decoding.engine import DecodeConfig, validate_config
 from specdemo.decoding.steps import method_gammas, whole_numbers
 from specdemo.errors import InputError
 from specdemo.measure.bench import all_engines, default_engines
-from specdemo.measure.defaults import CANDIDATES
+from specdemo.measure.defaults import candidates
 from specdemo.models import (
     PRESETS,
     load_pair,
@@ -70,7 +70,7 @@ def add_parsers(sub) -> None:
         action="store_true",
         help="race --candidates on the preset's example prompts; store the fastest as the app's start",
     )
-    bench.add_argument("--candidates", default=CANDIDATES, help="--defaults: methods at a γ each")
+    bench.add_argument("--candidates", default=candidates(), help="--defaults: methods at a γ each")
 
 
 # Draft-model variants the methods × tasks table races beside the registry's methods: each runs a

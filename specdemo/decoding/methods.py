@@ -44,7 +44,8 @@ class Method:
     # (config, draft model, target CachedLM, suffix store) → a drafter with ``propose``; chains only
     drafter: Callable | None = None
     suggest: int | None = None  # its place in "try another method" (None: never suggested)
-    start: bool = False  # a candidate for a preset's measured start (``python -m specdemo defaults``)
+    start: bool = False  # a race may start with it (``bench --tasks --methods`` offers it)
+    start_gammas: tuple[int, ...] = ()  # the γs ``bench --defaults`` races it at for a preset's measured start
     bench: bool = False  # a row of ``python -m specdemo bench`` (engine "specdemo-<name>")
     sides: tuple[str, str, str] = DEFAULT_SIDES
     panes: tuple[str, str] = DEFAULT_PANES  # the headings over the race's two panes
@@ -177,6 +178,7 @@ DRAFT = register(
         drafter=model_drafter,
         suggest=0,
         start=True,
+        start_gammas=(1, 2),
         bench=False,  # the benchmark's "specdemo-speculative" row
     )
 )
@@ -203,6 +205,7 @@ register(
         drafter=prompt_lookup_drafter,
         suggest=2,
         start=True,
+        start_gammas=(4,),
         bench=True,
     )
 )
@@ -218,6 +221,7 @@ register(
         drafter=suffix_drafter,
         suggest=1,
         start=True,
+        start_gammas=(4,),
         bench=True,
     )
 )
@@ -247,6 +251,7 @@ HYBRID = register(
         drafter=hybrid_drafter,
         suggest=3,
         start=True,
+        start_gammas=(4,),
         bench=True,
     )
 )

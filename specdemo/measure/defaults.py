@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specdemo.decoding import methods
 from specdemo.measure.tasks import run_tasks
 
-CANDIDATES = "draft=1,draft=2,prompt-lookup=4,suffix=4,hybrid=4"  # a method at a γ each
+
+def candidates() -> str:
+    """What ``bench --defaults`` races, a method at a γ each, from the registry (e.g. "draft=1,draft=2,…")."""
+    return ",".join(f"{m.name}={g}" for m in methods.REGISTRY.values() for g in m.start_gammas)
 
 
 def label(method: str, gamma: int) -> str:
