@@ -125,16 +125,17 @@ def check_draft(method: Method, draft_model) -> None:
     """Refuse, in one line, a draft model ``method`` cannot draft with."""
     if method.draft_model and draft_model is None:
         raise InputError(f"the {method.short} method needs a draft model (or use prompt lookup or suffix decoding)")
-    if not takes(method, draft_model) and method.drafts == "feature":
+    if takes(method, draft_model):
+        return
+    if method.drafts == "feature":
         raise InputError(
             f"the {method.short} method needs a feature drafter as the draft: pick a preset with one "
             "(python -m specdemo.recipes.feature trains it)",
             "method",
         )
-    if not takes(method, draft_model):
-        fits = ", ".join(m.short for m in REGISTRY.values() if m.draft_model and takes(m, draft_model))
-        what = "a feature drafter (it reads the target's hidden states)" if reads_features(draft_model) else "a model"
-        raise InputError(f"this draft is {what}, which the {method.short} method cannot use: pick {fits}", "method")
+    fits = ", ".join(m.short for m in REGISTRY.values() if m.draft_model and takes(m, draft_model))
+    what = "a feature drafter (it reads the target's hidden states)" if reads_features(draft_model) else "a model"
+    raise InputError(f"this draft is {what}, which the {method.short} method cannot use: pick {fits}", "method")
 
 
 def chain_for(draft_model) -> Method:

@@ -130,7 +130,7 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 def capture_problem(model, steps: str = "compiled") -> str | None:
     """Why ``model``'s steps cannot be compiled (``steps``: compiled, or aot: ahead of time) here, or None."""
-    from specdemo.decoding.feature import FeatureHead
+    from specdemo.decoding import methods
     from specdemo.decoding.vocab import ReducedVocabLM
     from specdemo.models.compact_linear import CompactLinear
     from specdemo.models.presets import on_zero_gpu  # (presets import this module)
@@ -138,7 +138,7 @@ def capture_problem(model, steps: str = "compiled") -> str | None:
     layers = [type(m) for m in getattr(model, "modules", list)()]
     if steps == "compiled" and on_zero_gpu():
         return "a ZeroGPU Space cannot compile while it serves (SPECDEMO_STEPS=aot compiles at start-up)"
-    if steps == "aot" and isinstance(model, FeatureHead):
+    if steps == "aot" and methods.reads_features(model):
         return "a feature drafter reads the target's hidden states, which a package does not return"
     if any(t.__name__ in ("Linear4bit", "Linear8bitLt") for t in layers):
         return "bitsandbytes' quantized layers do not compile"
@@ -157,11 +157,12 @@ def steps_here(steps: str, method, models: list) -> tuple[str, str]:
     from specdemo.decoding import aot
     from specdemo.models.presets import on_zero_gpu
 
-    if steps == "compiled" and on_zero_gpu() and all(aot.has_package(m) for m in models):
+    packaged = all(aot.has_package(m) for m in models)
+    if steps == "compiled" and on_zero_gpu() and packaged:
         steps = "aot"  # what a ZeroGPU Space compiled at start-up
     if steps == "aot" and not method.ahead_of_time:
         return "static", f"static steps: {method.short} does not run from steps compiled ahead of time"
-    if steps == "aot" and on_zero_gpu() and not all(aot.has_package(m) for m in models):
+    if steps == "aot" and on_zero_gpu() and not packaged:
         return "static", "static steps: this pair's steps were not compiled at start-up (SPECDEMO_STEPS=aot does)"
     if steps in ("compiled", "aot"):
         for model in models:
