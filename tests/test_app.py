@@ -125,6 +125,8 @@ def test_the_bundled_pair_lower_cases_the_prompt_and_says_so():
         ({"top_p": None}, "top_p", "top_p must be a number"),
         ({"max_new_tokens": 100000}, "max_new_tokens", "max new tokens must be at most"),
         ({"method_label": "token tree", "tree_depth": 99}, "tree_depth", "tree depth"),
+        ({"method_label": methods.FEATURE.label}, "method_label", "needs a feature drafter as the draft"),
+        ({"draft_id": ""}, "method_label", "needs a draft model"),
     ],
 )
 def test_bad_input_is_refused_before_loading_next_to_its_field(changes, field, message):

@@ -9,7 +9,7 @@ import torch
 from conftest import llama
 from test_sampling import PROMPT, SAMPLES, TARGET, chi2_pvalue, exact_joint
 
-from specdemo.decoding import feature, suffix
+from specdemo.decoding import feature, methods, suffix
 from specdemo.decoding.engine import DecodeConfig, decode_steps, run_all, sample_many
 from specdemo.decoding.feature import FeatureDrafter, FeatureHead, config_for, save_feature_head
 from specdemo.decoding.kv import CachedLM
@@ -161,6 +161,10 @@ def test_save_load_and_refuse_another_target(tmp_path, tiny_folders):
     with pytest.raises(InputError, match="feature drafter"):
         run_all(decode_steps(pair.target, pair.draft, [5, 6], DecodeConfig(max_new_tokens=4, method="tree")))
     assert feature.is_feature_drafter(str(tmp_path / "feature")) and not feature.is_feature_drafter(str(tmp_path))
+    # by its folder, before anything loads (the app's line beside Run): the same rule
+    methods.check_draft(methods.FEATURE, str(tmp_path / "feature"))
+    with pytest.raises(InputError, match="feature drafter .* cannot use: pick feature drafter"):
+        methods.check_draft(methods.DRAFT, str(tmp_path / "feature"))
 
 
 def test_each_method_takes_only_the_draft_it_can_run(target):

@@ -173,6 +173,7 @@ def find_problem(s: Settings) -> tuple[str, str] | None:
     The app shows it beside Run, and its validator keeps the run from being queued."""
     try:
         check_request(s.prompt, s.config())
+        methods.check_draft(methods.get(s.method), s.draft_id)  # by its id: before any model loads
         whole(s.draft_vocab or 0, "draft_vocab")
     except InputError as error:
         log.info("refused: %s", error)  # the server log: one line per refused input

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA, ModelDrafter, PromptLookupDrafter
-from specdemo.decoding.feature import FeatureDrafter, FeatureHead
+from specdemo.decoding.feature import FeatureDrafter, FeatureHead, is_feature_drafter
 from specdemo.decoding.suffix import DEFAULT_GAMMA as SUFFIX_GAMMA
 from specdemo.decoding.suffix import HybridDrafter, SuffixDrafter
 from specdemo.errors import InputError
@@ -110,22 +111,33 @@ def suggestions() -> list[Method]:
     return sorted((m for m in REGISTRY.values() if m.suggest is not None), key=lambda m: m.suggest)
 
 
-def reads_features(draft_model) -> bool:
-    """Is this draft model a feature drafter (it drafts from the target's hidden states)?"""
-    return isinstance(draft_model, FeatureHead)
+def draft_kind(draft) -> str | None:
+    """What drafts: None (no draft), "feature" (a feature drafter: it reads the target's hidden states)
+    or "model" (a causal LM). ``draft`` is the loaded draft or its id, so a run is refused before loading."""
+    if draft is None or draft == "":
+        return None
+    if isinstance(draft, str | Path):
+        return "feature" if is_feature_drafter(str(draft)) else "model"
+    return "feature" if isinstance(draft, FeatureHead) else "model"
 
 
-def takes(method: Method, draft_model) -> bool:
-    """Can ``method`` draft with this (loaded) draft model?"""
-    kind = "feature" if reads_features(draft_model) else "model"
-    return not method.draft_model or method.drafts in (kind, "any")
+def reads_features(draft) -> bool:
+    """Is this draft (loaded, or its id) a feature drafter?"""
+    return draft_kind(draft) == "feature"
 
 
-def check_draft(method: Method, draft_model) -> None:
-    """Refuse, in one line, a draft model ``method`` cannot draft with."""
-    if method.draft_model and draft_model is None:
-        raise InputError(f"the {method.short} method needs a draft model (or use prompt lookup or suffix decoding)")
-    if takes(method, draft_model):
+def takes(method: Method, draft) -> bool:
+    """Can ``method`` draft with this draft (loaded, or its id)?"""
+    return not method.draft_model or method.drafts in (draft_kind(draft) or "model", "any")
+
+
+def check_draft(method: Method, draft) -> None:
+    """Refuse, in one line, a draft (loaded, or its id) ``method`` cannot draft with."""
+    if method.draft_model and draft_kind(draft) is None:
+        raise InputError(
+            f"the {method.short} method needs a draft model (or use prompt lookup or suffix decoding)", "method"
+        )
+    if takes(method, draft):
         return
     if method.drafts == "feature":
         raise InputError(
@@ -133,14 +145,14 @@ def check_draft(method: Method, draft_model) -> None:
             "(python -m specdemo.recipes.feature trains it)",
             "method",
         )
-    fits = ", ".join(m.short for m in REGISTRY.values() if m.draft_model and takes(m, draft_model))
-    what = "a feature drafter (it reads the target's hidden states)" if reads_features(draft_model) else "a model"
+    fits = ", ".join(m.short for m in REGISTRY.values() if m.draft_model and takes(m, draft))
+    what = "a feature drafter (it reads the target's hidden states)" if reads_features(draft) else "a model"
     raise InputError(f"this draft is {what}, which the {method.short} method cannot use: pick {fits}", "method")
 
 
-def chain_for(draft_model) -> Method:
-    """The chain method of this draft model: the feature drafter's or the draft model's."""
-    return FEATURE if reads_features(draft_model) else DRAFT
+def chain_for(draft) -> Method:
+    """The chain method of this draft (loaded, or its id): the feature drafter's or the draft model's."""
+    return FEATURE if reads_features(draft) else DRAFT
 
 
 # --- the drafters: one function per way of proposing --------------------------------------------
