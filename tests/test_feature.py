@@ -134,7 +134,7 @@ def test_second_drafted_position_follows_the_target_distribution():
     assert chi2_pvalue([s[2:4] for s in samples], joint) > 1e-3
 
 
-def test_save_load_and_refuse_another_target(tmp_path, tiny_folders):
+def test_save_load_and_refuse_another_target(tmp_path, tiny_folders, monkeypatch):
     from specdemo.models import load_model, load_pair
 
     target_model, _ = load_model(str(tiny_folders["target"]))
@@ -163,6 +163,8 @@ def test_save_load_and_refuse_another_target(tmp_path, tiny_folders):
     assert feature.is_feature_drafter(str(tmp_path / "feature")) and not feature.is_feature_drafter(str(tmp_path))
     # by its folder, before anything loads (the app's line beside Run): the same rule
     methods.check_draft(methods.FEATURE, str(tmp_path / "feature"))
+    monkeypatch.setenv("HOME", str(tmp_path))  # a folder as typed, ~ too, as the loader reads it
+    assert methods.reads_features("~/feature") and not methods.reads_features("~")
     with pytest.raises(InputError, match="feature drafter .* cannot use: pick feature drafter"):
         methods.check_draft(methods.DRAFT, str(tmp_path / "feature"))
 

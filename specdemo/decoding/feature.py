@@ -237,7 +237,7 @@ class FeatureHead(nn.Module):
 
 
 def is_feature_drafter(folder: str) -> bool:
-    return Path(folder, CONFIG_FILE).is_file()
+    return Path(folder, CONFIG_FILE).expanduser().is_file()  # a folder as typed (~ too)
 
 
 def save_feature_head(head: FeatureHead, folder: Path, card: str = "") -> None:

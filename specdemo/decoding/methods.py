@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA, ModelDrafter, PromptLookupDrafter
 from specdemo.decoding.feature import FeatureDrafter, FeatureHead, is_feature_drafter
@@ -116,8 +115,8 @@ def draft_kind(draft) -> str | None:
     or "model" (a causal LM). ``draft`` is the loaded draft or its id, so a run is refused before loading."""
     if draft is None or draft == "":
         return None
-    if isinstance(draft, str | Path):
-        return "feature" if is_feature_drafter(str(draft)) else "model"
+    if isinstance(draft, str):
+        return "feature" if is_feature_drafter(draft) else "model"
     return "feature" if isinstance(draft, FeatureHead) else "model"
 
 

@@ -11,7 +11,6 @@ import torch
 
 from specdemo import env
 from specdemo.decoding import methods
-from specdemo.decoding.feature import is_feature_drafter
 from specdemo.models import smollm2
 from specdemo.models.loading import LoadOptions
 
@@ -81,7 +80,7 @@ class StartSettings:
 
 def chain_method(preset: Preset) -> str:
     """The method that runs the preset's draft model as a chain: a feature drafter's, or the draft model's."""
-    return methods.FEATURE.name if preset.draft and is_feature_drafter(preset.draft) else methods.DRAFT.name
+    return methods.chain_for(preset.draft).name
 
 
 def start_settings(preset: Preset, folder: Path = DEFAULTS_DIR) -> StartSettings:
