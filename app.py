@@ -39,14 +39,14 @@ from specdemo.app.settings import (
 )
 from specdemo.decoding import methods
 from specdemo.decoding.drafters import MAX_GAMMA
-from specdemo.decoding.kv import STEPS
+from specdemo.decoding.shapes import STEPS
 from specdemo.decoding.steps import TREE_LIMITS, TreeConfig
 from specdemo.models import vllm
 from specdemo.view.render import legend_html, pane_titles
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 
-ZERO_GPU = spaces is not None and models.on_zero_gpu()
+ZERO_GPU = spaces is not None and env.on_zero_gpu()
 PRESET = models.startup_preset()
 CONCURRENCY = int(env.number("SPECDEMO_CONCURRENCY"))
 MAX_QUEUE = int(env.number("SPECDEMO_MAX_QUEUE"))

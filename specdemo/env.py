@@ -33,6 +33,11 @@ VARIABLES = {
 }
 
 
+def on_zero_gpu() -> bool:
+    """A Hugging Face ZeroGPU Space (the spaces package sets this variable there): detected here only."""
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+
+
 def get(name: str) -> str:
     """The variable's value, else its default (an unknown name is a programming error: KeyError)."""
     default, _ = VARIABLES[name]

@@ -1,8 +1,9 @@
 """The package's folders are its layers, and imports point down only:
 
-    cli → app → view → measure → models → decoding → errors, env     (recipes: offline, imported by the CLI only)
+    cli → app → view → measure → models → decoding → errors, env     (recipes: offline, imported by no runtime layer)
 
-A module may import its own layer and any layer below it; nothing but the CLI imports a recipe."""
+A module may import its own layer and any layer below it; nothing outside recipes/ imports a recipe (tools/ may:
+they are offline too), and no two modules import each other."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def upward_imports(sources: dict[str, str]) -> list[str]:
                 continue
             if there not in RANK:
                 continue  # a package-level name (specdemo.__version__)
-            into_recipe = there == "recipes" and here not in ("recipes", "cli", "__main__")
+            into_recipe = there == "recipes" and here != "recipes"
             if into_recipe or RANK[there] > RANK.get(here, 0):
                 bad.append(f"{module} → {name}")
     return bad
@@ -91,11 +92,53 @@ def test_the_check_catches_an_upward_import_and_a_recipe_imported_at_run_time():
     sources["specdemo.decoding.engine"] += "\nfrom specdemo.view.render import plain_text\n"
     sources["specdemo.models.cache"] += "\ndef f():\n    from ..app import settings\n"
     sources["specdemo.measure.bench"] += "\nimport specdemo.recipes.train\n"
+    sources["specdemo.cli.bench"] += "\ndef f():\n    from specdemo.recipes.card import describe\n"
     assert sorted(upward_imports(sources)) == [
+        "specdemo.cli.bench → specdemo.recipes.card",
         "specdemo.decoding.engine → specdemo.view.render",
         "specdemo.measure.bench → specdemo.recipes.train",
         "specdemo.models.cache → specdemo.app",
         "specdemo.models.cache → specdemo.app.settings",
+    ]
+
+
+def module_imports(sources: dict[str, str]) -> dict[str, set[str]]:
+    """module → the package's modules it imports, at the top or inside a function. ``from pkg import sub``
+    imports the module ``pkg.sub``, ``from pkg import name`` the package (its __init__)."""
+    found = {}
+    for module, source in sources.items():
+        found[module] = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                found[module] |= {a.name for a in node.names if a.name in sources}
+            elif isinstance(node, ast.ImportFrom):
+                base = module.split(".")[: -node.level] if node.level else []
+                name = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    sub = f"{name}.{alias.name}"
+                    found[module] |= {sub if sub in sources else name} & set(sources)
+    return found
+
+
+def mutual_imports(sources: dict[str, str]) -> list[str]:
+    """'a ↔ b' for every two modules that import each other (a cycle: either may see the other half made)."""
+    imports = module_imports(sources)
+    return sorted({" ↔ ".join(sorted((a, b))) for a, bs in imports.items() for b in bs if a in imports.get(b, ())})
+
+
+def test_no_two_modules_import_each_other():
+    assert mutual_imports(package_sources()) == []
+
+
+def test_the_cycle_check_catches_two_modules_importing_each_other():
+    """The control: a function-level import back, as kv ↔ aot and loading ↔ presets once had."""
+    sources = package_sources()
+    sources["specdemo.decoding.shapes"] += "\ndef f():\n    from specdemo.decoding import aot\n"
+    sources["specdemo.models.presets"] += "\ndef g():\n    from specdemo.models.loading import LoadOptions\n"
+    sources["specdemo.models.loading"] += "\ndef h():\n    from specdemo.models.presets import PRESETS\n"
+    assert mutual_imports(sources) == [
+        "specdemo.decoding.aot ↔ specdemo.decoding.shapes",
+        "specdemo.models.loading ↔ specdemo.models.presets",
     ]
 
 
@@ -133,3 +176,32 @@ def test_no_module_is_longer_than_a_room():
     long = {f.relative_to(root).as_posix(): n for f in files if (n := len(f.read_text().splitlines())) > 500}
     assert not long, long
     assert len(files) > 50  # the control: the walk found the package
+
+
+def method_strings(sources: dict[str, str]) -> list[str]:
+    """'module: text' for every runner kind compared as a string, or a method looked up by its own name to get
+    that name, outside the registry (``Method`` says what a runner means: on_engine, hand_off, both_on_vllm)."""
+    import re
+
+    pattern = re.compile(r"\brunner\s*(==|!=|=)\s*[\"']|methods\.get\([\"'][^\"']+[\"']\)\.name")
+    return [
+        f"{module}: {m.group(0)}"
+        for module, source in sources.items()
+        if module != "specdemo.decoding.methods"
+        for m in pattern.finditer(source)
+    ]
+
+
+def test_no_method_name_or_runner_is_compared_as_a_string_outside_the_registry():
+    assert method_strings(package_sources()) == []
+
+
+def test_the_method_string_check_catches_each_kind():
+    sources = package_sources()
+    sources["specdemo.app.live"] += '\nif method.runner == "naive":\n    pass\n'
+    sources["specdemo.cli.bench"] += "\nX = methods.get('prompt-lookup').name\nY = methods.names(runner='vllm')\n"
+    assert method_strings(sources) == [
+        'specdemo.app.live: runner == "',
+        "specdemo.cli.bench: methods.get('prompt-lookup').name",
+        "specdemo.cli.bench: runner='",
+    ]

@@ -10,8 +10,9 @@ import torch
 from conftest import llama, perturbed
 
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, eos_ids, run_all
-from specdemo.decoding.kv import STATIC_ROUNDING, CachedLM
+from specdemo.decoding.kv import CachedLM
 from specdemo.decoding.sampling import SamplingConfig
+from specdemo.decoding.shapes import STATIC_ROUNDING
 from specdemo.decoding.suffix import SuffixStore
 from specdemo.errors import InputError
 

@@ -19,7 +19,7 @@ import statistics
 import time
 from dataclasses import replace
 
-from specdemo.recipes.card import machine
+from specdemo.measure.machine import machine
 
 SEED_PROMPT = "What is the purpose of life?"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]

@@ -23,8 +23,8 @@ from pathlib import Path
 from specdemo.cli.common import bench_prompts
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_timed
 from specdemo.measure.bench import SpecdemoJob, time_interleaved
+from specdemo.measure.machine import machine
 from specdemo.models import PRESETS, LoadOptions, encode_prompt, load_pair
-from specdemo.recipes.card import machine
 
 
 def main() -> None:

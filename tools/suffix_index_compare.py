@@ -22,9 +22,9 @@ from pathlib import Path
 from specdemo.decoding.engine import DecodeConfig, decode_steps, run_timed
 from specdemo.decoding.suffix import SuffixStore
 from specdemo.decoding.suffix_index import SuffixDecodingCache
+from specdemo.measure.machine import machine
 from specdemo.measure.tasks import REPEATED, encode_tasks, load_tasks
 from specdemo.models import PRESETS, load_pair
-from specdemo.recipes.card import machine
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ def compare_api(
     try:
         if preset not in PRESETS:
             raise InputError(f"unknown preset {preset!r}: one of {', '.join(PRESETS)}")
-        ours = methods.names(runner="specdemo")
+        ours = methods.names(on_engine=True)
         if method not in ours:
             raise InputError(f"method must be one of {', '.join(ours)}, got {method!r}")
         s = Settings.from_preset(

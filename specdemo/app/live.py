@@ -33,7 +33,7 @@ def run_race(
     if method.on_vllm:
         yield from vllm_race(pair, prompt_ids, config, cancel, vllm_urls or vllm.configured_urls())
         return
-    if method.runner == "naive":
+    if method.hand_off:
         speculative = naive_handoff_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
     else:
         speculative = decode_steps(pair.target, pair.draft, prompt_ids, config, pair.eos, cancel)
@@ -57,7 +57,7 @@ def vllm_race(pair, prompt_ids, config: DecodeConfig, cancel, urls: dict[str, st
     if not config.sampling.greedy:
         raise InputError("the vLLM race is greedy (temperature 0): set the temperature to 0", field="temperature")
     method = config.method
-    both_servers = methods.get(method).runner == "vllm"
+    both_servers = methods.get(method).both_on_vllm
     if both_servers:
         baseline, speculative, counters = vllm.both_servers_steps(
             urls["baseline"], urls["speculative"], prompt_ids, config.max_new_tokens, pair.eos, cancel

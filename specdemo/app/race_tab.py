@@ -76,7 +76,7 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
     mark = state.first_difference() if state.greedy and state.lossless else None
     if figures in ("all", "live"):
         base, spec = state.baseline, state.speculative
-        vllm_both = state.about.runner == "vllm"
+        vllm_both = state.about.both_on_vllm
         server = state.server_acceptance if state.server_counters is not None and vllm_both else None
         live = (
             race_figure(base, spec, right, left),

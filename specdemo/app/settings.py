@@ -51,7 +51,7 @@ def unavailable(method: methods.Method, urls: dict[str, str] | None = None) -> s
     """What this server lacks to run ``method`` now, in a few words (None: it can run)."""
     if method.on_vllm:
         urls = urls or vllm.configured_urls()
-        roles = ("baseline", "speculative") if method.runner == "vllm" else ("speculative",)
+        roles = ("baseline", "speculative") if method.both_on_vllm else ("speculative",)
         if not all(vllm.answers(urls[role]) for role in roles):
             return "needs its vLLM servers running (python -m specdemo serve-vllm)"
     if method.drafts == "feature" and not any(chain_method(p) == method.name for p in PRESETS.values()):
@@ -213,8 +213,8 @@ class Prepared:
 def own_method(s: Settings, what: str) -> None:
     """Refuse, in one line, a method specdemo's engine does not run (naive, the vLLM servers) for ``what``."""
     method = methods.get(s.method)
-    if method.runner != "specdemo":
-        ours = ", ".join(methods.get(n).label for n in methods.names(runner="specdemo", tree=False))
+    if not method.on_engine:
+        ours = ", ".join(methods.get(n).label for n in methods.names(on_engine=True, tree=False))
         raise InputError(f"{what} follows specdemo's own speculative decoding, not {method.label}: pick {ours}")
 
 
@@ -273,7 +273,7 @@ def prepare(s: Settings) -> Prepared:
         notes.append("this pair knows lower-case stories only, so the prompt was lower-cased")
     method = methods.get(config.method)
     templated = s.chat_template and getattr(pair.tokenizer, "chat_template", None)
-    if templated and method.runner == "specdemo" and (method.suffix_store or not method.draft_model):
+    if templated and method.on_engine and (method.suffix_store or not method.draft_model):
         # it copies from what the model reads, which is more than the prompt the pane echoes
         notes.append(f"{method.short} also copies from the chat template's system text, which the pane leaves out")
     steps, why = steps_here(config.steps, method, [pair.target] + ([pair.draft] if method.draft_model else []))

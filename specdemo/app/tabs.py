@@ -194,13 +194,13 @@ def methods_view(preset: str, trace: dict | None = None) -> tuple:
 
 def runs_here(name: str | None) -> bool:
     """A race of this method ran in this process (specdemo's engine), so its clocks can be read."""
-    return name in methods.REGISTRY and methods.get(name).runner == "specdemo"
+    return name in methods.REGISTRY and methods.get(name).on_engine
 
 
 def remeasured_methods() -> list:
     """What "Re-measure" times: the chains that draft from one source (the draft model, the prompt,
     earlier answers) and run here; a few minutes in all."""
-    return [m for m in methods.REGISTRY.values() if m.runner == "specdemo" and not m.tree and not m.mixed]
+    return [m for m in methods.REGISTRY.values() if m.on_engine and not m.tree and not m.mixed]
 
 
 def methods_remeasure(s: Settings, max_new_tokens: int = 48, progress=None) -> tuple:

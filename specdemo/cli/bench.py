@@ -56,7 +56,7 @@ def add_parsers(sub) -> None:
     bench.add_argument("--tasks", action="store_true", help="methods × tasks on assets/prompts/tasks/ instead")
     bench.add_argument(
         "--methods",
-        default=f"{methods.DRAFT.name},{methods.get('prompt-lookup').name}",
+        default=f"{methods.DRAFT.name},{methods.PROMPT_LOOKUP.name}",
         help=f"--tasks: some of {', '.join(task_method_names())}, each optionally with its γ (suffix=6)",
     )
     bench.add_argument("--task-names", default=None, help="--tasks: a comma-separated subset of the task files")
@@ -141,7 +141,7 @@ def defaults_candidates(text: str) -> list[tuple[str, int]]:
 
 def cmd_defaults(args) -> None:
     from specdemo.measure.defaults import choose_defaults, format_defaults, store_defaults
-    from specdemo.recipes.card import machine
+    from specdemo.measure.machine import machine
 
     candidates = defaults_candidates(args.candidates)
     validate_config(DecodeConfig(max_new_tokens=args.max_new_tokens))
@@ -184,7 +184,7 @@ def cmd_bench(args) -> None:
         pair, prompts, gammas, args.max_new_tokens, args.repeats, not args.json, engines, urls, steps=args.steps
     )
     if args.out:  # a results file (docs/results/), with where and when it was measured
-        from specdemo.recipes.card import machine
+        from specdemo.measure.machine import machine
 
         record = result | {"preset": args.preset, "measured": time.strftime("%Y-%m-%d"), "machine": machine()}
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

@@ -9,8 +9,8 @@ from dataclasses import replace
 from specdemo import env
 from specdemo.decoding import methods
 from specdemo.decoding.engine import DecodeConfig
-from specdemo.decoding.kv import STEPS
 from specdemo.decoding.sampling import SamplingConfig
+from specdemo.decoding.shapes import STEPS
 from specdemo.decoding.tree import TreeConfig
 from specdemo.errors import InputError
 from specdemo.models import (

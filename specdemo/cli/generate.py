@@ -29,9 +29,9 @@ def add_parsers(sub) -> None:
     add_model_args(gen)
     gen.add_argument(
         "--method",
-        choices=methods.names(runner="specdemo"),
+        choices=methods.names(on_engine=True),
         default=methods.DRAFT.name,
-        help="; ".join(f"{n}: {methods.get(n).description}" for n in methods.names(runner="specdemo")),
+        help="; ".join(f"{n}: {methods.get(n).description}" for n in methods.names(on_engine=True)),
     )
     gen.add_argument("--gamma", type=int, default=None, help="draft length (default: the preset's best γ)")
     gen.add_argument("--schedule", choices=["constant", "heuristic"], default="constant")

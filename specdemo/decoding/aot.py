@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from transformers import StaticCache
 
-from specdemo.decoding.kv import CACHE_ARG, MAX_CAPTURED, STATIC_ROUNDING
+from specdemo.decoding.shapes import CACHE_ARG, MAX_CAPTURED, STATIC_ROUNDING
 
 log = logging.getLogger(__name__)
 

@@ -164,7 +164,7 @@ def decode_steps(
 ) -> Iterator[Step]:
     """Speculative decoding by ``config.method``: a chain (draft model, prompt lookup, suffix) or a tree."""
     method = methods.get(config.method)
-    if method.runner != "specdemo":
+    if not method.on_engine:
         raise InputError(f"{method.label} is not run by this engine", field="method")
     if method.tree:
         methods.check_draft(method, draft_model)

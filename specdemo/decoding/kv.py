@@ -19,7 +19,6 @@ Three kinds of step (``STEPS``), the same on both sides of a race:
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import time
@@ -28,18 +27,11 @@ from pathlib import Path
 
 import torch
 from transformers import DynamicCache, StaticCache
-from transformers.masking_utils import create_causal_mask
 
 from specdemo import env
+from specdemo.decoding.shapes import CACHE_ARG, MAX_CAPTURED, static_length
 
 log = logging.getLogger(__name__)
-
-# transformers 5.24 renamed the forward's ``past_key_values`` to ``cache`` (5.17, a lent GPU's image, has the old
-# name): every call here passes it by this name
-CACHE_ARG = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
-STEPS = ("eager", "static", "compiled", "aot")
-STATIC_ROUNDING = 256  # a static cache's length is rounded up to this: one size (one graph) for many prompts
-MAX_CAPTURED = 64  # steps feeding at most this many tokens run compiled (a verify, a tree); longer ones eager
 
 
 def synchronize(device: torch.device) -> None:
@@ -78,10 +70,6 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
-
-
-def static_length(needed: int) -> int:
-    return -(-needed // STATIC_ROUNDING) * STATIC_ROUNDING
 
 
 _compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model → its compiled forward

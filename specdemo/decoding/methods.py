@@ -67,6 +67,21 @@ class Method:
         return not self.tree and self.drafts != "feature"
 
     @property
+    def on_engine(self) -> bool:
+        """Both sides of its race run in this process, on specdemo's engine (so its clocks can be read)."""
+        return self.runner == "specdemo"
+
+    @property
+    def hand_off(self) -> bool:
+        """The naive hand-off: the draft writes unchecked, the target continues (no steps to verify)."""
+        return self.runner == "naive"
+
+    @property
+    def both_on_vllm(self) -> bool:
+        """Both sides of its race stream from vLLM servers (a baseline server and a speculative one)."""
+        return self.runner == "vllm"
+
+    @property
     def on_vllm(self) -> bool:
         """A side of its race streams from a vLLM server."""
         return self.runner in ("vllm", "vllm-vs-specdemo")
@@ -206,7 +221,7 @@ FEATURE = register(
         bench=False,  # the benchmark's "specdemo-speculative" row, for a feature drafter's pair
     )
 )
-register(
+PROMPT_LOOKUP = register(
     Method(
         "prompt-lookup",
         "prompt lookup",

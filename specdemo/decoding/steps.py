@@ -14,8 +14,9 @@ import torch
 
 from specdemo.decoding import methods
 from specdemo.decoding.drafters import MAX_GAMMA, SCHEDULES
-from specdemo.decoding.kv import STEPS, synchronize
+from specdemo.decoding.kv import synchronize
 from specdemo.decoding.sampling import SamplingConfig, validate_sampling
+from specdemo.decoding.shapes import STEPS
 from specdemo.decoding.suffix import SuffixConfig, validate_suffix
 from specdemo.errors import InputError
 

@@ -74,7 +74,7 @@ class RaceState:
         # the headline: each side's typical step (a step something else on the cores slowed is left out);
         # in a browser on the same cores the summed clocks moved up to ±25% between identical races, this ±6%
         # (two interleaved A/B runs: docs/benchmarks.md)
-        steady = steady_speedup(base, spec) if self.about.runner == "specdemo" else None
+        steady = steady_speedup(base, spec) if self.about.on_engine else None
         out = {
             "baseline_tokens_per_second": base_tps,
             "speculative_tokens_per_second": spec_tps,
@@ -88,7 +88,7 @@ class RaceState:
             "nothing": not base and not spec,  # stopped before either side made a step
             "busy": (step_jitter(base) or 0.0) > BUSY_JITTER,  # the speedup then moves run to run
         }
-        if self.about.runner != "naive":
+        if not self.about.hand_off:
             out |= {
                 "acceptance_rate": acceptance_rate(spec),
                 "mean_accepted_tokens": mean_accepted_tokens(spec),
@@ -97,14 +97,14 @@ class RaceState:
                 "target_forwards_saved": spec_tokens - len(spec),
             }
             out["alpha_per_position"] = acceptance_per_position(spec)  # [] for a tree: no positions
-            if self.server_counters is not None and self.about.runner == "vllm":  # its stream never shows rejections
+            if self.server_counters is not None and self.about.both_on_vllm:  # its stream never shows rejections
                 out["acceptance_rate"] = self.server_counters["acceptance_rate"]
                 out["alpha_per_position"] = self.server_counters["alpha_per_position"]
             elif self.server_counters is not None:  # the left side is vLLM's: its acceptance beside ours
                 out["server_acceptance_rate"] = self.server_counters["acceptance_rate"]
             # said once the race is over: "why no speedup?" from this run's own numbers (specdemo's
             # steps only: a vLLM stream has no draft or verify clocks to read it from)
-            if self.done and self.server_counters is None and self.about.runner == "specdemo":
+            if self.done and self.server_counters is None and self.about.on_engine:
                 why = limited_by(base, spec, self.method)
                 out["limited_by"] = {"term": why["term"], "text": why["text"]} if why else None
         out["sides"] = self.about.sides

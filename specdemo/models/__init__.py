@@ -49,7 +49,6 @@ from specdemo.models.presets import (  # noqa: F401
     default_preset_name,
     default_preset_notice,
     lowercases,
-    on_zero_gpu,
     resolved_id,
     shown_id,
     smollm2_ready,

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
-from specdemo.decoding.kv import CACHE_ARG
+from specdemo.decoding.shapes import CACHE_ARG
 from specdemo.models.compact_linear import CompactLinear, join_compact
 
 LEAN_MODEL_TYPES = ("llama",)

@@ -133,10 +133,9 @@ def capture_problem(model, steps: str = "compiled") -> str | None:
     from specdemo.decoding import methods
     from specdemo.decoding.vocab import ReducedVocabLM
     from specdemo.models.compact_linear import CompactLinear
-    from specdemo.models.presets import on_zero_gpu  # (presets import this module)
 
     layers = [type(m) for m in getattr(model, "modules", list)()]
-    if steps == "compiled" and on_zero_gpu():
+    if steps == "compiled" and env.on_zero_gpu():
         return "a ZeroGPU Space cannot compile while it serves (SPECDEMO_STEPS=aot compiles at start-up)"
     if steps == "aot" and methods.reads_features(model):
         return "a feature drafter reads the target's hidden states, which a package does not return"
@@ -155,14 +154,13 @@ def steps_here(steps: str, method, models: list) -> tuple[str, str]:
     """The kind of step a race of ``method`` on ``models`` runs here for the one asked, and a line when it
     differs (both sides of a race alike, as ever)."""
     from specdemo.decoding import aot
-    from specdemo.models.presets import on_zero_gpu
 
     packaged = all(aot.has_package(m) for m in models)
-    if steps == "compiled" and on_zero_gpu() and packaged:
+    if steps == "compiled" and env.on_zero_gpu() and packaged:
         steps = "aot"  # what a ZeroGPU Space compiled at start-up
     if steps == "aot" and not method.ahead_of_time:
         return "static", f"static steps: {method.short} does not run from steps compiled ahead of time"
-    if steps == "aot" and on_zero_gpu() and not packaged:
+    if steps == "aot" and env.on_zero_gpu() and not packaged:
         return "static", "static steps: this pair's steps were not compiled at start-up (SPECDEMO_STEPS=aot does)"
     if steps in ("compiled", "aot"):
         for model in models:

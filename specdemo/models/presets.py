@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -220,14 +219,9 @@ def default_preset_name() -> str:
     return "smollm2-135m" if smollm2_ready() else "bundled-tinystories"
 
 
-def on_zero_gpu() -> bool:
-    """A Hugging Face ZeroGPU Space (the spaces package sets this variable there)."""
-    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
-
-
 def startup_preset() -> str:
     """SPECDEMO_PRESET, else the bf16 Qwen pair on ZeroGPU, else ``default_preset_name()``."""
-    return env.get("SPECDEMO_PRESET") or ("qwen2.5-3b+0.5b" if on_zero_gpu() else default_preset_name())
+    return env.get("SPECDEMO_PRESET") or ("qwen2.5-3b+0.5b" if env.on_zero_gpu() else default_preset_name())
 
 
 def lowercases(target_id: str) -> bool:

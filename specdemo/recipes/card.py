@@ -10,14 +10,11 @@ c = t_d / t_t, and the speedup over the engine's baseline at each γ.
 from __future__ import annotations
 
 import argparse
-import platform
-from datetime import date
 from pathlib import Path
-
-import torch
 
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_all
 from specdemo.measure.bench import run_bench
+from specdemo.measure.machine import machine
 from specdemo.models import (
     ASSETS,
     BUNDLED_DRAFT,
@@ -40,16 +37,6 @@ from specdemo.view.render import plain_text
 
 SAMPLE_PROMPT = "once upon a time, there was a little"
 RECIPE = "python -m specdemo.recipes.train --data ../shared/data/tinystories-4mb.txt --out assets/models"
-
-
-def machine() -> str:
-    """The CPU as /proc/cpuinfo names it (else the architecture), with today's date: every card's
-    numbers say where and when they were measured."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    cpu = names[0] if names else f"{platform.machine()} CPU"
-    return f"{cpu}, {torch.get_num_threads()} thread(s), measured {date.today().isoformat()}"
 
 
 def size_mb(folder: str) -> float:
