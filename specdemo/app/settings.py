@@ -93,7 +93,7 @@ class Settings:
     tree_depth: int = TreeConfig.depth
     tree_nodes: int = TreeConfig.max_nodes
     draft_vocab: int = 0
-    steps: str = env.get("SPECDEMO_STEPS")  # a kind in kv.STEPS: both sides of the race (decoding/kv.py)
+    steps: str = env.get("SPECDEMO_STEPS")  # a kind in shapes.STEPS: both sides of the race (decoding/kv.py)
     # the vLLM method's servers ("": the environment's SPECDEMO_VLLM_BASELINE_URL / SPECDEMO_VLLM_SPECULATIVE_URL)
     vllm_baseline_url: str = ""
     vllm_speculative_url: str = ""
