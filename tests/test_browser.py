@@ -19,11 +19,24 @@ from specdemo.decoding import methods
 from specdemo.decoding.suffix import DEFAULT_GAMMA
 from specdemo.models import PRESETS, smollm2_ready, start_settings
 from specdemo.models.smollm2 import GGUF_BAR
+from tools.page import (
+    CHROMIUM,
+    SEED_PROMPT,
+    chromium,
+    fill_fresh,
+    open_page,
+    open_settings,
+    pick_method,
+    run_race,
+    set_number,
+    status,
+    wait_finished,
+    wait_status,
+    watch_status,
+)
 
-CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts"
-SEED_PROMPT = "What is the purpose of life?"
 if not Path(CHROMIUM).exists():
     # CI installs chromium (.ci/run); there a missing browser is a failure, not a skip.
     if os.environ.get("CI"):
@@ -61,24 +74,8 @@ def serve(log_path: Path, **env_changes):
 
 @pytest.fixture(scope="module")
 def browser():
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+    with chromium() as browser:
         yield browser
-        browser.close()
-
-
-@contextlib.contextmanager
-def open_page(browser, url):
-    """A 1366×768 tab on ``url``, its dialogs recorded and dismissed, once the app is up."""
-    page = browser.new_page(viewport={"width": 1366, "height": 768})
-    page.dialogs = []
-    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
-    page.goto(url)
-    page.locator("#run-btn").wait_for(timeout=60_000)
-    try:
-        yield page
-    finally:
-        page.close()
 
 
 @pytest.fixture(scope="module")
@@ -98,69 +95,6 @@ def page(app_server, browser):
 
 def no_error_badge(page):
     assert page.get_by_text("Error", exact=True).count() == 0
-
-
-def open_settings(page):
-    """A race folds the settings away (so the panes fit the screen): open them before touching one."""
-    header = page.locator("#settings > button.label-wrap")
-    if "open" not in (header.get_attribute("class") or "").split():
-        header.click()
-
-
-def fill_fresh(field, text: str, key: str = "Tab"):
-    """Type into a field and check it holds. Gradio mounts a closed accordion's children on first open,
-    and a field still mounting can take its initial value after our typing (seen on a loaded CI
-    machine: the URL typed, then ''): type again until the value holds, as a person would see it."""
-    for _ in range(5):
-        field.fill(text)
-        field.press(key)  # gradio takes a field's value on Enter or when it loses focus
-        time.sleep(0.5)
-        if field.input_value() == text:
-            return
-    assert field.input_value() == text
-
-
-def set_number(page, label: str, value):
-    """A slider's number box, or a number field (Max new tokens)."""
-    open_settings(page)
-    field = page.locator(f"input[aria-label='number input for {label}']")
-    if not field.count():
-        field = page.get_by_label(label, exact=True)
-    fill_fresh(field, str(value), "Enter")
-
-
-STATUS_TEXT = "document.querySelector('#status [data-testid=markdown]').innerText"
-
-
-def status(page) -> str:
-    return page.evaluate(STATUS_TEXT).strip()
-
-
-def wait_status(page, text: str, timeout=300_000):
-    """Wait for ``text`` in the status line; a refusal (⚠) on the way fails at once with its line."""
-    try:
-        condition = f"t => {STATUS_TEXT}.includes(t) || {STATUS_TEXT}.includes('⚠')"
-        page.wait_for_function(condition, arg=text, timeout=timeout, polling="raf")
-    except Exception:
-        page.screenshot(path=str(ARTIFACTS / "browser-failure.png"))
-        raise AssertionError(f"waited for {text!r}; the status says {status(page)!r}") from None
-    now = status(page)  # (a fast race may already have moved on: only a ⚠ is a failure here)
-    if "⚠" in now and "⚠" not in text:  # refused or failed: no use waiting out the timeout
-        page.screenshot(path=str(ARTIFACTS / "browser-failure.png"))
-        raise AssertionError(f"waited for {text!r}; the status says {now!r}")
-
-
-def run_race(page, max_new_tokens: int, timeout=300_000) -> tuple[float, float]:
-    """Click Run, wait for ✓ done; → (wall seconds from the click, compute seconds it reports)."""
-    set_number(page, "Max new tokens", max_new_tokens)
-    start = time.perf_counter()
-    page.locator("#run-btn").click()
-    wait_status(page, "●", timeout)  # starting, then running
-    page.wait_for_function(f"() => /✓|⚠/.test({STATUS_TEXT})", timeout=timeout)
-    assert "✓ done" in status(page)
-    wall = time.perf_counter() - start
-    compute = float(re.search(r"compute ([\d.]+) s", status(page)).group(1))
-    return wall, compute
 
 
 def record_overhead(what: str, wall: float, compute: float) -> None:
@@ -310,9 +244,7 @@ def test_suffix_decoding_drafts_a_question_asked_again_from_its_first_answer(pag
     """Picking the method sets its γ; the second race of a prompt shows, on hover, that its
     drafts came from the earlier answer; the memory is shown and forgotten."""
     page.locator("#prompt textarea").fill(SEED_PROMPT)
-    open_settings(page)
-    page.get_by_label("Method", exact=True).click()
-    page.get_by_role("option", name="suffix decoding (prompt + earlier answers)").click()
+    pick_method(page, "suffix decoding (prompt + earlier answers)")
     gamma = page.locator("input[aria-label='number input for γ (draft tokens per step)']")
     page.wait_for_function(f"(el) => el.value === '{DEFAULT_GAMMA}'", arg=gamma.element_handle())
     run_race(page, 32)
@@ -326,33 +258,26 @@ def test_suffix_decoding_drafts_a_question_asked_again_from_its_first_answer(pag
     page.get_by_text("remembers 0 earlier answers").wait_for(timeout=30_000)
     open_settings(page)
     page.get_by_text("Suffix decoding's memory").click()
-    open_settings(page)
-    page.get_by_label("Method", exact=True).click()
-    page.get_by_role("option", name="draft model", exact=True).click()
+    pick_method(page, "draft model")
     no_error_badge(page)
 
 
 def test_one_click_races_another_method_on_the_prompt_and_keeps_both(page):
     page.locator("#prompt textarea").fill("Why is the sky blue?")  # a prompt no earlier test raced: a new list
-    open_settings(page)
-    page.get_by_label("Method", exact=True).click()
-    page.get_by_role("option", name="draft model", exact=True).click()  # then suffix decoding is suggested
+    pick_method(page, "draft model")  # then suffix decoding is suggested
     run_race(page, 24)
     suggestion = page.locator("#try-method input")
     page.wait_for_function("(el) => el.value.startsWith('suffix decoding')", arg=suggestion.element_handle())
+    watch_status(page)
     page.locator("#try-btn").click()
-    wait_status(page, "●")
-    page.wait_for_function(f"() => /✓|⚠/.test({STATUS_TEXT})", timeout=300_000)
-    assert "✓ done" in status(page)
+    assert "✓ done" in wait_finished(page)
     page.locator("#tries table").wait_for(timeout=30_000)
     table = page.locator("#tries").inner_text()
     assert "draft model" in table and "suffix decoding (prompt + earlier answers)" in table and "★" in table
     open_settings(page)
     assert table.count("\n") >= 2 and page.get_by_label("Method", exact=True).input_value().startswith("suffix")
     page.screenshot(path=str(ARTIFACTS / "browser-try-another-method.png"), full_page=True)
-    open_settings(page)
-    page.get_by_label("Method", exact=True).click()
-    page.get_by_role("option", name="draft model", exact=True).click()
+    pick_method(page, "draft model")
     no_error_badge(page)
 
 
@@ -485,16 +410,12 @@ def test_which_method_when_and_the_vllm_method_without_its_servers(page):
     page.get_by_text("Advanced: models and precision").click()
     dead = f"http://127.0.0.1:{free_port()}"
     fill_fresh(page.get_by_label("vLLM baseline server (the vLLM method)"), dead)
-    open_settings(page)
-    page.get_by_label("Method", exact=True).click()
-    page.get_by_role("option", name="vLLM servers: baseline vs speculative").click()
+    pick_method(page, "vLLM servers: baseline vs speculative")
     page.locator("#run-btn").click()
     wait_status(page, "⚠", timeout=120_000)
     assert f"no vLLM server answers at {dead}" in status(page) and "serve-vllm" in status(page)
     no_error_badge(page)
-    open_settings(page)
-    page.get_by_label("Method", exact=True).click()
-    page.get_by_role("option", name="draft model", exact=True).click()
+    pick_method(page, "draft model")
     open_settings(page)
     page.get_by_text("Advanced: models and precision").click()
 

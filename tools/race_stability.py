@@ -20,9 +20,7 @@ import time
 from dataclasses import replace
 
 from specdemo.measure.machine import machine
-
-SEED_PROMPT = "What is the purpose of life?"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+from tools import page
 
 
 def estimators(trace: dict) -> dict:
@@ -39,40 +37,23 @@ def estimators(trace: dict) -> dict:
 
 
 def browser_runs(url: str, settings, runs: int, recorded: list, before_run=lambda i: None) -> list[dict]:
-    from playwright.sync_api import sync_playwright
+    """The same race ``runs`` times in chromium at 1366×768, set up through the page as a person would."""
+    from tools.page import chromium, open_page, pick_method, run_race, set_number, set_prompt
 
     out = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1366, "height": 768})
-        page.goto(url)
-        page.wait_for_selector("#run-btn", timeout=120_000)
-        page.locator("#prompt textarea").fill(settings.prompt)
-        page.get_by_label("Method", exact=True).click()
-        page.get_by_role("option", name=settings.method_label, exact=True).click()
-        for label, value in (
-            ("γ (draft tokens per step)", settings.gamma),
-            ("Max new tokens", settings.max_new_tokens),
-        ):
-            field = page.locator(f"input[aria-label='number input for {label}']")
-            field.fill(str(value))
-            field.press("Enter")
+    with chromium() as browser, open_page(browser, url) as page:
+        set_prompt(page, settings.prompt)
+        pick_method(page, settings.method_label)
         time.sleep(1.0)  # the method's own γ is set on change: ours is typed after it
+        set_number(page, "γ (draft tokens per step)", settings.gamma)
+        set_number(page, "Max new tokens", settings.max_new_tokens)
         for i in range(runs):
             before_run(i)
             before = len(recorded)
-            if page.locator("#settings > button.label-wrap.open").count() == 0:
-                page.locator("#settings > button.label-wrap").click()
-            page.locator("#run-btn").click()
-            page.wait_for_function(
-                "() => /✓|⚠/.test(document.querySelector('#status').innerText) && "
-                "!/●/.test(document.querySelector('#status').innerText)",
-                timeout=600_000,
-            )
+            run_race(page, timeout=600_000)
             while len(recorded) == before:
                 time.sleep(0.1)
             out.append(estimators(recorded[-1]))
-        browser.close()
     return out
 
 
@@ -91,12 +72,15 @@ def describe(rows: list[dict], reference: dict) -> dict:
     summary = {}
     for name in ("sum", "steady", "jitter"):
         values = [r[name] for r in rows if r[name]]
+        if not values:  # too few steps for this estimator (a short race): said, not guessed
+            summary[name] = {"runs": [], "spread": None, "mean": None, "vs_no_browser": None}
+            continue
         mean = statistics.mean(values)
         summary[name] = {
             "runs": [round(v, 3) for v in values],
             "spread": round(max(values) / min(values), 3),
             "mean": round(mean, 3),
-            "vs_no_browser": round(mean / reference[name], 3) if reference and name in reference else 1.0,
+            "vs_no_browser": round(mean / reference[name], 3) if reference.get(name) else 1.0,
         }
     return summary
 
@@ -118,7 +102,7 @@ def main() -> None:
 
     settings = replace(
         Settings.from_preset(app.PRESET),
-        prompt=SEED_PROMPT,
+        prompt=page.SEED_PROMPT,
         method_label=methods.DRAFT.label,
         gamma=args.gamma,
         max_new_tokens=args.tokens,
