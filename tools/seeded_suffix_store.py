@@ -31,7 +31,7 @@ SHARDS = smollm2.cache_dir() / "data" / "suffix-corpus"
 BATCH = 32
 
 
-def write_answers(batches: int) -> None:
+def write_answers(batches: int, shards: Path, batch_size: int = BATCH, answer_tokens: int = 128) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = smollm2.resolve_target()
@@ -42,19 +42,21 @@ def write_answers(batches: int) -> None:
     instructions = [
         i for i in make_instructions(DataConfig(instructions=2880, stories=0, seed=1), []) if i.lower() not in held_out
     ]
-    SHARDS.mkdir(parents=True, exist_ok=True)
+    shards.mkdir(parents=True, exist_ok=True)
     for b in range(batches):
-        path = SHARDS / f"shard-{b:04d}.json"
+        path = shards / f"shard-{b:04d}.json"
         if path.exists():  # resumable
             continue
-        batch = instructions[b * BATCH : (b + 1) * BATCH]
+        batch = instructions[b * batch_size : (b + 1) * batch_size]
         messages = [[{"role": "user", "content": text}] for text in batch]
         enc = tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, return_tensors="pt", padding=True, return_dict=True
         )
         start = time.time()
         with torch.inference_mode():
-            out = model.generate(**enc, max_new_tokens=128, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+            out = model.generate(
+                **enc, max_new_tokens=answer_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
         answers = []
         for row in out[:, enc["input_ids"].shape[1] :].tolist():
             while row and row[-1] == tokenizer.pad_token_id:
@@ -72,12 +74,12 @@ def seeded_store(answers: list[list[int]]) -> SuffixStore:
     return store
 
 
-def race(n_prompts: int, max_new_tokens: int) -> None:
+def race(n_prompts: int, max_new_tokens: int, shards: Path) -> None:
     preset = PRESETS["smollm2-135m"]
     pair = load_pair(
         preset.target, preset.draft, preset.target_options, preset.draft_options, ModelCache(), preset.draft_vocab
     )
-    answers = [a for f in sorted(SHARDS.glob("shard-*.json")) for a in json.loads(f.read_text())["answers"]]
+    answers = [a for f in sorted(shards.glob("shard-*.json")) for a in json.loads(f.read_text())["answers"]]
     print(f"seed: {len(answers)} answers, {sum(map(len, answers))} tokens")
     config = DecodeConfig(max_new_tokens=max_new_tokens)
     methods = {
@@ -122,12 +124,15 @@ def main() -> None:
     parser.add_argument("--write", type=int, default=0, help="write this many batches of answers first")
     parser.add_argument("--prompts", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--shards", type=Path, default=SHARDS, help="the answers' folder")
+    parser.add_argument("--batch", type=int, default=BATCH, help="--write: answers per batch")
+    parser.add_argument("--answer-tokens", type=int, default=128, help="--write: the longest answer")
     args = parser.parse_args()
     torch.set_num_threads(2)
     if args.write:
-        write_answers(args.write)
+        write_answers(args.write, args.shards, args.batch, args.answer_tokens)
     else:
-        race(args.prompts, args.max_new_tokens)
+        race(args.prompts, args.max_new_tokens, args.shards)
 
 
 if __name__ == "__main__":

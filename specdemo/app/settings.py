@@ -23,6 +23,7 @@ from specdemo.models import (
     configure_cpu_threads,
     draft_options_for,
     encode_prompt,
+    hub,
     load_pair,
     lowercases,
     resolved_id,
@@ -247,6 +248,9 @@ def loading_text(s: Settings) -> str:
     )
     if loaded:  # compiled steps: each new shape is captured before the first step (the log says how long)
         return "capturing the steps (torch.compile, once per shape)" if s.steps == "compiled" else "starting"
+    if (fetched := hub.describe_progress()) is not None:  # a hub model's bytes, before it loads
+        done = hub.progress() or 0.0
+        return f"downloading {fetched} {progress_bar(done)} {done:.0%}, then loading the pair"
     if converting(s):
         done = smollm2.conversion_progress()
         bar = "" if done is None else f" {progress_bar(done)} {done:.0%}"

@@ -8,7 +8,7 @@ from concurrent.futures import Future
 
 from specdemo.app import model_thread
 from specdemo.app.settings import Settings, converting, friendly, pair_for, update
-from specdemo.models import smollm2
+from specdemo.models import hub, smollm2
 
 _loading: dict[str, object] = {}  # "settings", "future": the one warm-up of this process
 
@@ -27,6 +27,8 @@ def status() -> tuple[str, bool]:
     if future is None:
         return "", True
     if not future.done():
+        if (fetched := hub.progress()) is not None:
+            return f"downloading the model: {fetched:.0%}", False
         done = smollm2.conversion_progress() if converting(_loading["settings"]) else None
         return ("loading the models" if done is None else f"converting the model once: {done:.0%}"), False
     if future.exception() is not None:

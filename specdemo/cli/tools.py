@@ -52,6 +52,9 @@ def add_parsers(sub) -> None:
         "measured here on its architecture with random weights; bytes from its config), and the speedup predicted",
     )
     prof.add_argument("--gpu", choices=["H200", "A100-80GB", "L4"], default="H200", help="--cost-model's GPU")
+    prof.add_argument(
+        "--presets", default="", help="--cost-model: some of the GPU presets, comma-separated (default: all)"
+    )
     prof.add_argument("--out", type=Path, default=None, help="--cost-model: also write the predictions as JSON")
     report = sub.add_parser("report", help="rewrite README.md's results and docs/benchmarks.md from the results files")
     report.add_argument("--run", action="store_true", help="first measure every results file again on this machine")
@@ -96,8 +99,12 @@ def cmd_cost_model(args) -> None:
     def dtype_of(options) -> str:
         return "4bit" if options.quantization == "4bit" else ("float16" if options.dtype == "auto" else options.dtype)
 
+    gpu_presets = [p.name for p in PRESETS.values() if p.needs_cuda]
+    chosen = [n.strip() for n in args.presets.split(",") if n.strip()] or gpu_presets
+    if unknown := set(chosen) - set(gpu_presets):
+        raise InputError(f"--presets takes GPU presets ({', '.join(gpu_presets)}), got {', '.join(sorted(unknown))}")
     predictions = []
-    for preset in (p for p in PRESETS.values() if p.needs_cuda):
+    for preset in (PRESETS[name] for name in chosen):
         dtypes = dtype_of(preset.target_options), dtype_of(preset.draft_options)
         p = predict(preset.target, preset.draft, *dtypes, args.gpu)
         predictions.append({"preset": preset.name} | p)

@@ -1,7 +1,7 @@
 """Models: presets (which pair), loading (dtype, device, quantization), the LRU cache of loaded models,
 and where SmolLM2-135M-Instruct comes from (``smollm2``). The names below are the layer's public face."""
 
-from specdemo.models import smollm2  # noqa: F401
+from specdemo.models import hub, smollm2  # noqa: F401
 from specdemo.models.cache import (  # noqa: F401
     DEFAULT_CACHE,
     LoadedModel,
@@ -25,7 +25,6 @@ from specdemo.models.loading import (  # noqa: F401
     configure_cpu_threads,
     describe_load_failure,
     encode_prompt,
-    hub_reachable,
     load_model,
     quantization_config,
     resolve_device,

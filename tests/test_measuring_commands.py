@@ -1,0 +1,121 @@
+"""Every measuring command the docs name runs, end to end, at its smallest size: the same code path as the
+command behind a table (``report.SOURCES``) or a tool the docs show (``python -m tools.…``), on the bundled
+pair or one short prompt, one run, writing to a temporary file. A command that needs what this machine may
+not have is skipped by name, with its reason. A parse is not enough: a tool can rot while its table still
+claims to regenerate (``tools.race_stability`` did, when Max new tokens became a number box)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdemo.view.report import RECORDED, SOURCES
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "tools" / "README.md"]
+BUNDLED = ["--preset", "bundled-tinystories"]
+
+# the command as the docs give it → its smallest run ({out}: a temporary results file)
+SMOKE = {
+    SOURCES["assets/defaults/smollm2-135m.json"]: [
+        "-m", "specdemo", "bench", *BUNDLED, "--defaults", "--candidates", "draft=1,prompt-lookup=4",
+        "--max-new-tokens", "8", "--out", "{out}",
+    ],
+    SOURCES["assets/tasks/smollm2-135m.json"]: [
+        "-m", "specdemo", "bench", *BUNDLED, "--tasks", "--methods", "draft,prompt-lookup", "--max-new-tokens", "8",
+        "--out", "{out}",
+    ],
+    SOURCES["docs/results/bench_bundled.json"]: [
+        "-m", "specdemo", "bench", *BUNDLED, "--gammas", "2", "--max-new-tokens", "8", "--repeats", "1",
+        "--engines", "specdemo-baseline,specdemo-speculative", "--out", "{out}",
+    ],
+    SOURCES["docs/results/suffix_index.json"]: [
+        "-m", "tools.suffix_index_compare", *BUNDLED, "--max-new-tokens", "8", "--out", "{out}",
+    ],
+    SOURCES["docs/results/steps_cpu.json"]: [
+        "-m", "tools.steps_compare", *BUNDLED, "--steps", "eager,static", "--max-new-tokens", "8", "--prompts", "1",
+        "--out", "{out}",
+    ],
+    # aot's package is built here (≈ 1 min): the kind of step only this command times on plain weights
+    SOURCES["docs/results/steps_cpu_plain.json"]: [
+        "-m", "tools.steps_compare", *BUNDLED, "--plain", "--steps", "eager,aot", "--max-new-tokens", "8",
+        "--prompts", "1", "--out", "{out}",
+    ],
+    SOURCES["docs/results/race_stability.json"]: [
+        "-m", "tools.race_stability", "--runs", "1", "--tokens", "24", "--updates", "0.125/1,0.5/2", "--out", "{out}",
+    ],
+    SOURCES["docs/results/cost_model.json"]: [
+        "-m", "specdemo", "profile", "--cost-model", "--presets", "qwen2.5-3b+0.5b", "--out", "{out}",
+    ],
+    "python -m tools.kernel_revisions": [
+        "-m", "tools.kernel_revisions", "--against", "HEAD", "--ks", "1", "--rounds", "1",
+    ],
+    "python -m tools.verify_curve": [
+        "-m", "tools.verify_curve", "--quantizations", "compact-fp32,none", "--rounds", "1", "--repeats", "1",
+    ],
+    "python -m tools.fma_peak": ["-m", "tools.fma_peak"],
+    "python -m tools.first_step_share": ["-m", "tools.first_step_share", *BUNDLED, "--max-new-tokens", "8"],
+    "python -m tools.seeded_suffix_store": [
+        "-c", "import runpy, sys; [runpy.run_module('tools.seeded_suffix_store', run_name='__main__') for sys.argv in "
+        "(['x', '--write', '1', '--batch', '2', '--answer-tokens', '8', '--shards', '{dir}'], "
+        "['x', '--prompts', '1', '--max-new-tokens', '8', '--shards', '{dir}'])]",
+    ],
+}  # fmt: skip
+
+
+def skip_reason(command: str) -> str | None:
+    """Why this machine cannot run ``command`` (None: it can). Named, never silent."""
+    if "suffix_index_compare" in command and importlib.util.find_spec("arctic_inference") is None:
+        return "needs arctic-inference (the library the suffix index is compared with): .ci/run builds it"
+    if "race_stability" in command and not Path("/usr/bin/chromium").exists():
+        return "needs Debian's chromium"
+    if "fma_peak" in command and "avx512f" not in Path("/proc/cpuinfo").read_text():
+        return "needs a CPU with AVX-512"
+    return None
+
+
+def documented_commands() -> set[str]:
+    """Each results file's command, and every ``python -m tools.X`` the docs show (by its module)."""
+    tools = {f"python -m tools.{m}" for doc in DOCS for m in re.findall(r"python -m tools\.(\w+)", doc.read_text())}
+    return set(SOURCES.values()) | tools
+
+
+def smoke_run(command: str) -> str | None:
+    """The SMOKE entry that runs ``command``: a results file's command is its own; a tool the docs show is
+    run by any entry of its module."""
+    module = re.match(r"python -m tools\.\w+", command)
+    return command if command in SMOKE else next((k for k in SMOKE if module and k.startswith(module[0])), None)
+
+
+def test_every_documented_measuring_command_has_a_smoke_run():
+    missing = sorted(c for c in documented_commands() if smoke_run(c) is None)
+    assert not missing, f"give these a smallest run in SMOKE: {missing}"
+    assert len(documented_commands()) >= 15  # the control: the docs' commands were found
+
+
+def test_the_vllm_results_are_recorded_not_measured_here():
+    """vLLM's table needs its two servers (a venv of its own, minutes to start): said, not smoke-run."""
+    assert all("serve-vllm" in c for c in RECORDED.values())
+    assert not set(RECORDED.values()) & set(SMOKE)
+
+
+@pytest.mark.parametrize("command", sorted(SMOKE), ids=lambda c: re.sub(r"\W+", "-", c[10:70]).strip("-"))
+def test_the_command_runs_at_its_smallest_size(command, tmp_path):
+    if reason := skip_reason(command):
+        pytest.skip(f"{command}: {reason}")
+    out = tmp_path / "result.json"
+    argv = [a.format(out=out, dir=tmp_path / "shards") for a in SMOKE[command]]
+    env = os.environ | {"TOKENIZERS_PARALLELISM": "false"}
+    run = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"{command}\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+    results_file = next((name for name, c in SOURCES.items() if c == command), None)
+    if results_file:  # what it wrote has the shape of the file the docs render
+        written, kept = json.loads(out.read_text()), json.loads((ROOT / results_file).read_text())
+        assert set(kept) <= set(written) | {"measured", "machine", "command", "preset"}, (set(kept), set(written))
