@@ -46,6 +46,8 @@ from specdemo.view.render import legend_html, pane_titles
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 
+# configured at import: a ZeroGPU Space's preload (below) logs its downloads before anything is served
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 ZERO_GPU = spaces is not None and env.on_zero_gpu()
 PRESET = models.startup_preset()
 CONCURRENCY = int(env.number("SPECDEMO_CONCURRENCY"))
@@ -487,7 +489,6 @@ demo = build_demo()
 
 def launch(**kwargs):
     """Bind to 127.0.0.1:7860 unless GRADIO_SERVER_NAME / GRADIO_SERVER_PORT say otherwise."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("server_port", int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     if not ZERO_GPU:  # (a ZeroGPU Space loaded its pairs at import)

@@ -6,18 +6,17 @@ download fails says one line, and the app falls back to what it can run."""
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from local_hub import LocalHub
 
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_all
 from specdemo.errors import ModelLoadError
 from specdemo.models import PRESETS, ModelCache, encode_prompt, hub, load_pair, presets, smollm2
+from tools.local_hub import LocalHub, tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED_PROMPT = "What is the purpose of life?"
@@ -154,25 +153,6 @@ def test_the_hub_is_never_asked_when_it_is_switched_off(local_hub, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert not hub.reachable() and "HF_HUB_OFFLINE" in hub.fetchable(smollm2.GGUF_REPO, smollm2.GGUF_NAME)
     assert local_hub.requests == []
-
-
-def tiny_checkpoint(config_file: str, folder: Path, layers: int, seed: int) -> None:
-    """The real architecture (its config.json, the same model class) at a test's size, random weights, with
-    SmolLM2's tokenizer and chat template (the Qwen tokenizer cannot be had offline)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    real = json.loads((ROOT / "assets" / "configs" / config_file).read_text())
-    tokenizer = AutoTokenizer.from_pretrained(ROOT / "assets" / "models" / "smollm2-draft")
-    small = real | {
-        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "max_window_layers": layers, "vocab_size": len(tokenizer),
-        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id, "max_position_embeddings": 512,
-    }  # fmt: skip
-    config = AutoConfig.for_model(**{k: v for k, v in small.items() if k not in ("architectures", "torch_dtype")})
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
 
 
 def test_the_qwen_pair_downloads_with_progress_and_races_on_the_cpu(local_hub):

@@ -38,6 +38,7 @@ SOURCES = {
         "--out docs/results/race_stability.json"
     ),
     "docs/results/cost_model.json": "python -m specdemo profile --cost-model --out docs/results/cost_model.json",
+    "docs/results/space_start.json": "python -m tools.space_start --out docs/results/space_start.json",
 }
 
 
@@ -176,6 +177,27 @@ def cost_table() -> str:
     )
 
 
+def space_table() -> str:
+    d = load("docs/results/space_start.json")
+    c, bandwidth = d["cpu_basic"], d["bandwidth_mb_s"]
+    download = f"{c['download_mb']:.0f} MB: {c['download_s_at_bandwidth']:.0f} s ({c['download_s_local_hub']:.1f} s "
+    then = f"convert {c['convert_s']:.0f} s, load {c['load_s']:.0f} s (measured)"
+    rows = [["CPU basic (2 vCPU)", c["preset"], download + "from the local hub)", then,
+             f"{c['peak_memory_mb']:,} MB peak (measured)"]]  # fmt: skip
+    for g in d["gpu"]:
+        rows.append([
+            g["space"], g["preset"], f"{g['download_mb']:,} MB: {g['download_s_at_bandwidth']:,} s", "",
+            f"{g['weights_mb']:,} MB of weights (computed)",
+        ])  # fmt: skip
+    return (
+        f"**What each Space does at start** (the hub on 127.0.0.1 served the real files to the real client; a "
+        f"download's time over a network is its bytes at a stated {bandwidth:.0f} MB/s, not measured; the GPU rows' "
+        f"bytes are computed from the architectures, none measured on a GPU; {d['measured']}). "
+        f"{source('docs/results/space_start.json')}\n\n"
+        + table(["Space", "start preset", f"download at {bandwidth:.0f} MB/s", "then", "memory"], rows)
+    )
+
+
 def decisions_table(section: str) -> str:
     """The choices a measurement made (``docs/results/decisions.json``), for docs/design.md or docs/training.md."""
     d = load("docs/results/decisions.json")
@@ -284,6 +306,7 @@ def benchmarks_page() -> str:
         steps_table("docs/results/steps_cpu_plain.json"),
         vllm_table(),
         cost_table(),
+        space_table(),
     ]
     return "\n\n".join(parts) + "\n"
 

@@ -104,3 +104,13 @@ def aoti_compile(exported_program, inductor_configs=None):
     archive = io.BytesIO()
     package_aoti(archive, [f for f in artifacts if isinstance(f, str)])
     return types.SimpleNamespace(archive_file=archive)
+
+
+def gradio_auto_wrap(task):
+    """Gradio calls this on every event function of a Space (SPACE_ID set): as the real one, it wraps them in
+    ``GPU`` only where SPACES_GRADIO_AUTO_WRAP asks (off by default), else returns them as they are."""
+    import os
+
+    if os.environ.get("SPACES_GRADIO_AUTO_WRAP", "").lower() not in ("1", "true", "yes") or not callable(task):
+        return task
+    return GPU(task)

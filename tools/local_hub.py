@@ -7,7 +7,7 @@ A repository can be told to misbehave, as the real Hub or a network can: ``missi
 ``gated`` (401, GatedRepo), ``forbidden`` (403), ``drop`` (each GET stops half-way through the file and
 closes the connection) or ``hang`` (accepts and never answers); ``modes["*"] = "hang"``: the whole hub.
 
-    python tests/local_hub.py FOLDER --port 8765     # serve FOLDER until stopped
+    python -m tools.local_hub FOLDER --port 8765     # serve FOLDER until stopped
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class LocalHub:
@@ -161,6 +162,26 @@ class LocalHub:
                     self.connection.shutdown(2)
 
         return Handler
+
+
+def tiny_checkpoint(config_file: str, folder: Path, layers: int, seed: int) -> None:
+    """The real architecture (its config.json, the same model class) at a test's size, random weights, with
+    SmolLM2's tokenizer and chat template (the Qwen tokenizer cannot be had offline)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    real = json.loads((ROOT / "assets" / "configs" / config_file).read_text())
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "assets" / "models" / "smollm2-draft")
+    small = real | {
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "max_window_layers": layers, "vocab_size": len(tokenizer),
+        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id, "max_position_embeddings": 512,
+    }  # fmt: skip
+    config = AutoConfig.for_model(**{k: v for k, v in small.items() if k not in ("architectures", "torch_dtype")})
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
 
 
 def main() -> None:

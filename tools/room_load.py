@@ -1,0 +1,152 @@
+"""A workshop room on one Space: N attendees, each in a session of their own, press Run on the examples
+within a few seconds, with the page's default settings; what each one sees.
+
+    python -m tools.room_load --attendees 10,20,30 [--spread 10] [--out docs/results/room_load.json]
+
+The app runs as ``python app.py`` does (its default preset, its queue), on 127.0.0.1; each attendee is a
+``gradio_client`` session streaming the live race (``/race``), as the page does. Per attendee: seconds from
+the click to the first token on screen, to the complete result, whether the queue refused the race, and
+whether the speculative side's text is the baseline's (greedy: it must be). Bounded: each room's calls end
+or are abandoned after ``--timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_app(port: int) -> subprocess.Popen:
+    env = os.environ | {"GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False"}
+    server = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+            return server
+        except OSError:
+            time.sleep(0.5)
+    server.kill()
+    raise SystemExit("the app did not start")
+
+
+def attendee(url: str, settings: dict, delay: float, timeout: float, row: dict) -> None:
+    """One attendee: waits ``delay``, clicks Run, watches the stream; fills ``row``."""
+    from gradio_client import Client
+
+    from specdemo.app.race_tab import RACE_OUTPUTS
+
+    time.sleep(delay)
+    client = Client(url, verbose=False)
+    start = time.perf_counter()
+    try:
+        job = client.submit(**settings, api_name="/race")
+        last = None
+        for out in job:
+            last = dict(zip(RACE_OUTPUTS, out))
+            if "first_token_s" not in row and 'class="tok' in str(last.get("speculative_pane", "")):
+                row["first_token_s"] = round(time.perf_counter() - start, 2)
+            if time.perf_counter() - start > timeout:
+                job.cancel()
+                row["abandoned"] = True
+                return
+        row["result_s"] = round(time.perf_counter() - start, 2)
+        trace = last.get("trace") if last else None
+        if isinstance(trace, dict):
+            row["identical"] = [t for s in trace["baseline"] for t in s["emitted"]] == [
+                t for s in trace["speculative"] for t in s["emitted"]
+            ]
+        row["status"] = str(last.get("status", ""))[:80] if last else ""
+    except Exception as error:  # the queue's refusal, said by the client
+        row["refused"] = "Queue is full" in str(error)
+        row["error"] = str(error).splitlines()[0][:120]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(q * len(values)))], 1)
+
+
+def room(url: str, n: int, spread: float, timeout: float, examples: list[str], base: dict) -> dict:
+    rows = [{"attendee": i, "prompt": examples[i % len(examples)]} for i in range(n)]
+    threads = [
+        threading.Thread(target=attendee, args=(url, base | {"prompt": r["prompt"]}, i * spread / n, timeout, r))
+        for i, r in enumerate(rows)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    first = [r["first_token_s"] for r in rows if "first_token_s" in r]
+    done = [r["result_s"] for r in rows if "result_s" in r]
+    return {
+        "attendees": n,
+        "first_token_p50_s": percentile(first, 0.5),
+        "first_token_p95_s": percentile(first, 0.95),
+        "result_p50_s": percentile(done, 0.5),
+        "result_p95_s": percentile(done, 0.95),
+        "result_max_s": max(done) if done else None,
+        "refused": sum(bool(r.get("refused")) for r in rows),
+        "failed": sum("error" in r and not r.get("refused") for r in rows),
+        "abandoned": sum(bool(r.get("abandoned")) for r in rows),
+        "wrong": sum(r.get("identical") is False for r in rows),
+        "rows": rows,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--attendees", default="10,20,30")
+    parser.add_argument("--spread", type=float, default=10.0, help="seconds over which the room clicks Run")
+    parser.add_argument("--timeout", type=float, default=600.0, help="an attendee gives up after this")
+    parser.add_argument("--port", type=int, default=7871)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    from specdemo import env
+    from specdemo.app.settings import Settings
+    from specdemo.measure.machine import machine
+    from specdemo.models import PRESETS, startup_preset
+
+    preset = startup_preset()
+    base = asdict(Settings.from_preset(preset))  # the page's defaults: its measured start
+    server = start_app(args.port)
+    url = f"http://127.0.0.1:{args.port}/"
+    try:
+        attendee(url, base | {"max_new_tokens": 4}, 0.0, args.timeout, {})  # the pair loaded before the room
+        rooms = [room(url, int(n), args.spread, args.timeout, list(PRESETS[preset].examples), base)
+                 for n in args.attendees.split(",")]  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    record = {
+        "measured": machine(),
+        "preset": preset,
+        "method": base["method_label"],
+        "gamma": base["gamma"],
+        "max_new_tokens": base["max_new_tokens"],
+        "spread_s": args.spread,
+        "concurrency": env.get("SPECDEMO_CONCURRENCY"),
+        "max_queue": env.get("SPECDEMO_MAX_QUEUE"),
+        "rooms": rooms,
+    }
+    for r in rooms:
+        print({k: v for k, v in r.items() if k != "rows"})
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
