@@ -22,7 +22,7 @@ from pathlib import Path
 import gradio as gr
 
 from specdemo import env, errors, models
-from specdemo.app import api, durations, inspector, race_tab, sessions, tabs, texts, tries, warmup
+from specdemo.app import api, durations, inspector, race_tab, recordings, sessions, tabs, texts, tries, warmup
 from specdemo.app.race_tab import RACE_OUTPUTS
 from specdemo.app.settings import (
     DTYPE_CHOICES,
@@ -86,8 +86,8 @@ def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), **settings):
     """The race, streamed: both panes, the summary and the figures as they change (a client may cancel it)."""
     # (the API page shows this docstring) on ZeroGPU the GPU worker keeps nothing: suffix decoding's answer is
     # filed here, in the process that lives on
-    last = None
-    for last in race_on_device(request, progress=progress, **settings):
+    last, race = None, functools.partial(race_on_device, request, progress=progress, **settings)
+    for last in recordings.race_or_replay(Settings(**settings), session_of(request), race):  # a room's repeats
         yield last
     if ZERO_GPU and last is not None:
         race_tab.remember_answer(last)

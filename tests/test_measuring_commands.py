@@ -55,6 +55,9 @@ SMOKE = {
         "-m", "specdemo", "profile", "--cost-model", "--presets", "qwen2.5-3b+0.5b", "--out", "{out}",
     ],
     SOURCES["docs/results/space_start.json"]: ["-m", "tools.space_start", "--out", "{out}"],  # its size: one start
+    SOURCES["docs/results/room_load.json"]: [
+        "-m", "tools.room_load", "--attendees", "2", "--spread", "1", "--port", "7872", "--out", "{out}",
+    ],
     "python -m tools.kernel_revisions": [
         "-m", "tools.kernel_revisions", "--against", "HEAD", "--ks", "1", "--rounds", "1",
     ],

@@ -39,6 +39,7 @@ SOURCES = {
     ),
     "docs/results/cost_model.json": "python -m specdemo profile --cost-model --out docs/results/cost_model.json",
     "docs/results/space_start.json": "python -m tools.space_start --out docs/results/space_start.json",
+    "docs/results/room_load.json": "python -m tools.room_load --attendees 10,20,30 --out docs/results/room_load.json",
 }
 
 
@@ -198,6 +199,22 @@ def space_table() -> str:
     )
 
 
+def room_table() -> str:
+    d = load("docs/results/room_load.json")
+    rows = [
+        [r["attendees"], f"{r['first_token_p50_s']} / {r['first_token_p95_s']} s", f"{r['result_p50_s']} / "
+         f"{r['result_p95_s']} / {r['result_max_s']} s", r["refused"], r["failed"] + r["abandoned"], r["wrong"]]
+        for r in d["rooms"]
+    ]  # fmt: skip
+    return (
+        f"**A workshop room on one Space** ({d['preset']}, the page's defaults: {d['method']}, γ {d['gamma']}, "
+        f"{d['max_new_tokens']} tokens; the attendees press Run on the examples within {d['spread_s']:.0f} s, each "
+        f"a session of its own streaming the live race; concurrency {d['concurrency']}, queue {d['max_queue']}; "
+        f"{d['measured']}). {source('docs/results/room_load.json')}\n\n"
+        + table(["attendees", "first token p50 / p95", "result p50 / p95 / max", "refused", "failed", "wrong"], rows)
+    )
+
+
 def decisions_table(section: str) -> str:
     """The choices a measurement made (``docs/results/decisions.json``), for docs/design.md or docs/training.md."""
     d = load("docs/results/decisions.json")
@@ -307,6 +324,7 @@ def benchmarks_page() -> str:
         vllm_table(),
         cost_table(),
         space_table(),
+        room_table(),
     ]
     return "\n\n".join(parts) + "\n"
 

@@ -1,0 +1,93 @@
+"""A room's repeats: a finished greedy race is shown again at once to another session with exactly the same
+settings, labelled as recorded, and is exactly what a live race of those settings writes; that session's
+next Run races live; what a live race could write otherwise is never recorded."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from specdemo.app import race_tab, recordings
+from specdemo.app.race_tab import RACE_OUTPUTS
+from specdemo.app.settings import Settings
+from specdemo.decoding import methods
+from specdemo.models import BUNDLED_DRAFT, BUNDLED_TARGET
+
+BASE = Settings(
+    prompt="once upon a time, there was a little",
+    target_id=BUNDLED_TARGET,
+    draft_id=BUNDLED_DRAFT,
+    gamma=4,
+    max_new_tokens=24,
+    chat_template=False,
+)
+
+
+def last(outputs) -> dict:
+    return dict(zip(RACE_OUTPUTS, list(outputs)[-1]))
+
+
+def tokens(out: dict) -> tuple[list[int], list[int]]:
+    trace = out["trace"]
+    return tuple([t for step in trace[side] for t in step["emitted"]] for side in ("baseline", "speculative"))
+
+
+class Races:
+    """The live race, counted: a recording shown must run no model."""
+
+    def __init__(self, s: Settings):
+        self.s, self.count = s, 0
+
+    def __call__(self):
+        self.count += 1
+        return race_tab.stream(self.s)
+
+
+@pytest.fixture(autouse=True)
+def empty():
+    recordings.forget()
+    yield
+    recordings.forget()
+
+
+def test_another_session_sees_the_race_at_once_and_its_next_run_is_live_and_the_same():
+    live = Races(BASE)
+    first = last(recordings.race_or_replay(BASE, "alice", live))
+    assert first["status"].startswith("✓ done") and live.count == 1
+    shown = list(recordings.race_or_replay(BASE, "bob", live))
+    assert len(shown) == 1 and live.count == 1  # one picture, no model ran
+    recorded = dict(zip(RACE_OUTPUTS, shown[0]))
+    assert recorded["status"].startswith("✓ recorded at") and "press Run again to race it live" in recorded["status"]
+    assert tokens(recorded) == tokens(first)
+    assert recorded["speculative_pane"] == first["speculative_pane"]  # the same colours, token for token
+    again = last(recordings.race_or_replay(BASE, "bob", live))  # bob's second Run: live
+    assert live.count == 2 and again["status"].startswith("✓ done") and tokens(again) == tokens(first)
+    assert last(recordings.race_or_replay(BASE, "alice", live))["status"].startswith("✓ done")
+    assert live.count == 3  # who raced it live has seen it: her next Run is live too
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"temperature": 0.8},  # sampling: another draw, other tokens
+        {"method_label": methods.get("suffix").label, "gamma": 4},  # its store learns from every answer
+    ],
+    ids=["sampling", "suffix decoding"],
+)
+def test_what_a_live_race_could_write_otherwise_is_never_recorded(changed):
+    s = replace(BASE, **changed)
+    live = Races(s)
+    assert last(recordings.race_or_replay(s, "alice", live))["status"].startswith("✓ done")
+    last(recordings.race_or_replay(s, "bob", live))
+    assert live.count == 2
+
+
+def test_a_stopped_race_or_other_settings_are_not_shown_as_this_one():
+    live = Races(BASE)
+    recordings.keep(BASE, race_tab.status_only("■ stopped: 3 + 4 tokens"), "alice")
+    last(recordings.race_or_replay(BASE, "bob", live))
+    assert live.count == 1  # nothing was kept from the stopped race
+    other = replace(BASE, max_new_tokens=23)
+    last(recordings.race_or_replay(other, "carol", Races(other)))
+    assert live.count == 1 and len(list(recordings.race_or_replay(BASE, "carol", live))) == 1  # bob's, at once
