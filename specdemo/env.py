@@ -16,6 +16,11 @@ VARIABLES = {
     ),
     "SPECDEMO_CONCURRENCY": ("1", "runs at once on the models (1: model work is serialised)"),
     "SPECDEMO_MAX_QUEUE": ("32", "requests waiting at most"),
+    "SPECDEMO_RECORDINGS": (
+        "on",
+        "on: a finished greedy race is shown again at once to another session with the same settings (a room's "
+        "repeats); off: every Run races live",
+    ),
     "SPECDEMO_MAX_NEW_TOKENS": ("512", "the largest max new tokens a request may ask for"),
     "SPECDEMO_THREADS": ("0", "CPU threads for torch (0: one for small models, else every core)"),
     "SPECDEMO_STEPS": (

@@ -67,20 +67,24 @@ def test_another_session_sees_the_race_at_once_and_its_next_run_is_live_and_the_
     assert live.count == 3  # who raced it live has seen it: her next Run is live too
 
 
-@pytest.mark.parametrize(
-    "changed",
-    [
-        {"temperature": 0.8},  # sampling: another draw, other tokens
-        {"method_label": methods.get("suffix").label, "gamma": 4},  # its store learns from every answer
-    ],
-    ids=["sampling", "suffix decoding"],
-)
-def test_what_a_live_race_could_write_otherwise_is_never_recorded(changed):
-    s = replace(BASE, **changed)
+def test_sampling_is_never_recorded():
+    s = replace(BASE, temperature=0.8)  # another draw, other tokens
     live = Races(s)
     assert last(recordings.race_or_replay(s, "alice", live))["status"].startswith("✓ done")
     last(recordings.race_or_replay(s, "bob", live))
     assert live.count == 2
+
+
+def test_suffix_decodings_recording_writes_the_tokens_its_live_race_writes_though_it_drafts_more_now():
+    """Its store learnt the first answer: a live race now drafts it whole (faster, other colours), the tokens
+    the same; the recording says its drafts and speed are its own."""
+    s = replace(BASE, method_label=methods.get("suffix").label, gamma=4)
+    live = Races(s)
+    first = last(recordings.race_or_replay(s, "alice", live))
+    shown = last(recordings.race_or_replay(s, "bob", live))
+    assert live.count == 1 and "the drafts and speed are the recording's" in shown["status"]
+    again = last(recordings.race_or_replay(s, "bob", live))
+    assert live.count == 2 and tokens(shown) == tokens(first) == tokens(again)
 
 
 def test_a_stopped_race_or_other_settings_are_not_shown_as_this_one():

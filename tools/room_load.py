@@ -3,6 +3,9 @@ within a few seconds, with the page's default settings; what each one sees.
 
     python -m tools.room_load --attendees 10,20,30 [--spread 10] [--out docs/results/room_load.json]
 
+Two servers, one with ``SPECDEMO_RECORDINGS=off`` (every Run races live) and one as the app starts (a room's
+repeats shown from their recordings), the rooms taking turns between them (an interleaved A/B).
+
 The app runs as ``python app.py`` does (its default preset, its queue), on 127.0.0.1; each attendee is a
 ``gradio_client`` session streaming the live race (``/race``), as the page does. Per attendee: seconds from
 the click to the first token on screen, to the complete result, whether the queue refused the race, and
@@ -26,8 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start_app(port: int) -> subprocess.Popen:
+def start_app(port: int, recordings: str) -> subprocess.Popen:
     env = os.environ | {"GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False"}
+    env["SPECDEMO_RECORDINGS"] = recordings
     server = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)  # fmt: skip
     for _ in range(600):
@@ -46,6 +50,7 @@ def attendee(url: str, settings: dict, delay: float, timeout: float, row: dict) 
 
     from specdemo.app.race_tab import RACE_OUTPUTS
 
+    shown = [n for n in RACE_OUTPUTS if n not in ("settings_box", "trace")]  # what the API returns
     time.sleep(delay)
     client = Client(url, verbose=False)
     start = time.perf_counter()
@@ -53,7 +58,7 @@ def attendee(url: str, settings: dict, delay: float, timeout: float, row: dict) 
         job = client.submit(**settings, api_name="/race")
         last = None
         for out in job:
-            last = dict(zip(RACE_OUTPUTS, out))
+            last = dict(zip(shown, out))
             if "first_token_s" not in row and 'class="tok' in str(last.get("speculative_pane", "")):
                 row["first_token_s"] = round(time.perf_counter() - start, 2)
             if time.perf_counter() - start > timeout:
@@ -61,12 +66,9 @@ def attendee(url: str, settings: dict, delay: float, timeout: float, row: dict) 
                 row["abandoned"] = True
                 return
         row["result_s"] = round(time.perf_counter() - start, 2)
-        trace = last.get("trace") if last else None
-        if isinstance(trace, dict):
-            row["identical"] = [t for s in trace["baseline"] for t in s["emitted"]] == [
-                t for s in trace["speculative"] for t in s["emitted"]
-            ]
-        row["status"] = str(last.get("status", ""))[:80] if last else ""
+        # greedy: the summary says "identical to …" when the speculative side wrote the baseline's tokens
+        row["identical"] = "identical to" in str(last.get("summary", "")) if last else False
+        row["recorded"] = "recorded at" in str(last.get("status", "")) if last else False
     except Exception as error:  # the queue's refusal, said by the client
         row["refused"] = "Queue is full" in str(error)
         row["error"] = str(error).splitlines()[0][:120]
@@ -80,6 +82,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def room(url: str, n: int, spread: float, timeout: float, examples: list[str], base: dict) -> dict:
+    """``n`` attendees clicking within ``spread`` seconds, attendee i on ``examples[i % len(examples)]``."""
     rows = [{"attendee": i, "prompt": examples[i % len(examples)]} for i in range(n)]
     threads = [
         threading.Thread(target=attendee, args=(url, base | {"prompt": r["prompt"]}, i * spread / n, timeout, r))
@@ -102,6 +105,7 @@ def room(url: str, n: int, spread: float, timeout: float, examples: list[str], b
         "failed": sum("error" in r and not r.get("refused") for r in rows),
         "abandoned": sum(bool(r.get("abandoned")) for r in rows),
         "wrong": sum(r.get("identical") is False for r in rows),
+        "recorded": sum(bool(r.get("recorded")) for r in rows),
         "rows": rows,
     }
 
@@ -110,6 +114,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attendees", default="10,20,30")
     parser.add_argument("--spread", type=float, default=10.0, help="seconds over which the room clicks Run")
+    parser.add_argument(
+        "--prompts",
+        type=int,
+        default=1,
+        help="the room's prompts: the first N examples (1: the "
+        "page's own, the seed prompt: a room following the facilitator's first scene)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="an attendee gives up after this")
     parser.add_argument("--port", type=int, default=7871)
     parser.add_argument("--out", type=Path)
@@ -122,15 +133,21 @@ def main() -> None:
 
     preset = startup_preset()
     base = asdict(Settings.from_preset(preset))  # the page's defaults: its measured start
-    server = start_app(args.port)
-    url = f"http://127.0.0.1:{args.port}/"
+    examples = list(PRESETS[preset].examples)[: args.prompts]
+    ways = ("off", "on")
+    servers = {way: start_app(args.port + i, way) for i, way in enumerate(ways)}
+    urls = {way: f"http://127.0.0.1:{args.port + i}/" for i, way in enumerate(ways)}
     try:
-        attendee(url, base | {"max_new_tokens": 4}, 0.0, args.timeout, {})  # the pair loaded before the room
-        rooms = [room(url, int(n), args.spread, args.timeout, list(PRESETS[preset].examples), base)
-                 for n in args.attendees.split(",")]  # fmt: skip
+        for url in urls.values():  # the pair loaded before the room
+            attendee(url, base | {"max_new_tokens": 4}, 0.0, args.timeout, {})
+        rooms = []
+        for n in args.attendees.split(","):
+            for way in ways:  # in turns: the machine's drift lands on both alike
+                rooms.append({"recordings": way} | room(urls[way], int(n), args.spread, args.timeout, examples, base))
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        for server in servers.values():
+            server.terminate()
+            server.wait(timeout=30)
     record = {
         "measured": machine(),
         "preset": preset,
@@ -139,6 +156,7 @@ def main() -> None:
         "max_new_tokens": base["max_new_tokens"],
         "spread_s": args.spread,
         "concurrency": env.get("SPECDEMO_CONCURRENCY"),
+        "examples": len(examples),
         "max_queue": env.get("SPECDEMO_MAX_QUEUE"),
         "rooms": rooms,
     }

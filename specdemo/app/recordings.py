@@ -1,14 +1,17 @@
 """Races already run, shown again at once: what makes a room of attendees on one Space wait less.
 
 Thirty attendees pressing Run on the same examples queue one live race each (``tools/room_load.py``
-measured p95 83 s to a result on a 2-core CPU basic Space). A greedy race on this engine is deterministic:
-the same settings on the same pair write exactly the same tokens. So the first finished greedy race of each
-settings is kept (in the process that lives on, also on ZeroGPU), and another session's Run with exactly those
-settings shows it at once, labelled as recorded (when, on which machine, at its recorded speed), with no model
-run; that session's next Run of the same settings races live ("race it live" is one click away).
+measured it on a 2-core CPU basic Space). Greedy speculative decoding writes the target's own greedy tokens,
+whatever drafts them: the same settings on the same pair write exactly the same tokens. So the first finished
+greedy race of each settings is kept (in the process that lives on, also on ZeroGPU), and another session's
+Run with exactly those settings shows it at once, labelled as recorded (when, on which machine, at its
+recorded speed), with no model run; that session's next Run of the same settings races live ("race it live"
+is one click away).
 
-Not recorded, as a live race could write otherwise: sampling (temperature above 0), suffix decoding and the
-hybrid (their store learns from every answer), the vLLM servers and the naive hand-off (not this engine's race).
+Its drafts and clocks are the recording's: suffix decoding's store may have learnt more since, so a live race
+of it can draft more and run faster (the status line says the drafts and speed are the recording's). Not
+recorded, as a live race could write other tokens: sampling (temperature above 0), the vLLM servers and the
+naive hand-off (not this engine's race).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 
+from specdemo import env
 from specdemo.app.race_tab import RACE_OUTPUTS, render
 from specdemo.app.settings import Settings, update
 from specdemo.decoding import methods
@@ -35,7 +39,7 @@ _shown: dict[str, set] = {}  # settings → the sessions shown its recording (th
 def key(s: Settings) -> str | None:
     """The settings a recording stands for, or None where a live race of them could write other tokens."""
     method = methods.REGISTRY.get(methods.from_label(s.method_label))
-    if method is None or not method.on_engine or method.suffix_store or float(s.temperature or 0) > 0:
+    if method is None or not method.on_engine or float(s.temperature or 0) > 0:
         return None
     return json.dumps(asdict(s), sort_keys=True, default=str)
 
@@ -43,6 +47,8 @@ def key(s: Settings) -> str | None:
 def take(s: Settings, session: str | None) -> dict | None:
     """The recording this session is shown for these settings (once: its next Run races live), or None."""
     k = key(s)
+    if env.get("SPECDEMO_RECORDINGS") == "off":
+        return None
     with _lock:
         if k is None or k not in _kept or session in _shown.setdefault(k, set()):
             return None
@@ -77,7 +83,8 @@ def show(recording: dict) -> tuple:
     state, decode, settings = traces.from_trace(recording["trace"])
     status = (
         f"✓ recorded at {recording['when']} on this server ({recording['where']}): a live race with these "
-        f"settings writes exactly these tokens (greedy) · press Run again to race it live · "
+        f"settings writes exactly these tokens (greedy); the drafts and speed are the recording's · press Run "
+        f"again to race it live · "
         f"{recording['status'].removeprefix('✓ ')}"
     )
     return render(state, decode, settings.get("prompt", ""), "all", status, recording["trace"], update(open=False))

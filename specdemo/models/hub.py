@@ -140,7 +140,9 @@ def download(repo_id: str, revision: str | None = None, files: tuple[str, ...] =
     try:
         api = HfApi(endpoint=endpoint())
         info = api.model_info(repo_id, revision=revision, files_metadata=True, timeout=ANSWER_TIMEOUT_S)
-        wanted = [s for s in info.siblings or () if any(fnmatch.fnmatch(s.rfilename, p) for p in files)]
+        # the repository's top level only: a subfolder holds other formats' copies (onnx/, original/…)
+        top = [s for s in info.siblings or () if "/" not in s.rfilename]
+        wanted = [s for s in top if any(fnmatch.fnmatch(s.rfilename, p) for p in files)]
         if not wanted:
             raise ModelLoadError(f"{what} has no files this app can load ({', '.join(files)})")
         with _lock:
@@ -162,7 +164,7 @@ def download(repo_id: str, revision: str | None = None, files: tuple[str, ...] =
             )
             with _lock:
                 downloading["done_bytes"] += sibling.size or 0
-        return Path(path).parents[len(Path(wanted[-1].rfilename).parts) - 1]
+        return Path(path).parent  # the snapshot folder
     except ModelLoadError:
         raise
     except Exception as error:  # huggingface_hub's and httpx's errors: said in one line, the app keeps serving

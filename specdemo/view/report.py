@@ -201,17 +201,29 @@ def space_table() -> str:
 
 def room_table() -> str:
     d = load("docs/results/room_load.json")
-    rows = [
-        [r["attendees"], f"{r['first_token_p50_s']} / {r['first_token_p95_s']} s", f"{r['result_p50_s']} / "
-         f"{r['result_p95_s']} / {r['result_max_s']} s", r["refused"], r["failed"] + r["abandoned"], r["wrong"]]
-        for r in d["rooms"]
-    ]  # fmt: skip
+    rows = []
+    for r in d["rooms"]:
+        first = f"{r['first_token_p50_s']} / {r['first_token_p95_s']} s"
+        done = f"{r['result_p50_s']} / {r['result_p95_s']} / {r['result_max_s']} s"
+        rows.append(
+            [r["attendees"], r["recordings"], first, done, r["refused"], r["failed"] + r["abandoned"], r["wrong"]]
+        )
+    header = [
+        "attendees",
+        "recordings",
+        "first token p50 / p95",
+        "result p50 / p95 / max",
+        "refused",
+        "failed",
+        "wrong",
+    ]
     return (
         f"**A workshop room on one Space** ({d['preset']}, the page's defaults: {d['method']}, γ {d['gamma']}, "
-        f"{d['max_new_tokens']} tokens; the attendees press Run on the examples within {d['spread_s']:.0f} s, each "
-        f"a session of its own streaming the live race; concurrency {d['concurrency']}, queue {d['max_queue']}; "
-        f"{d['measured']}). {source('docs/results/room_load.json')}\n\n"
-        + table(["attendees", "first token p50 / p95", "result p50 / p95 / max", "refused", "failed", "wrong"], rows)
+        f"{d['max_new_tokens']} tokens; the attendees press Run on the {d['examples']} examples within "
+        f"{d['spread_s']:.0f} s, each a session of its own streaming the live race; concurrency {d['concurrency']}, "
+        f"queue {d['max_queue']}; *recordings on*: a repeat of a finished greedy race is shown from its recording, "
+        f"*off*: every Run races live; the two servers took turns; {d['measured']}). "
+        f"{source('docs/results/room_load.json')}\n\n" + table(header, rows)
     )
 
 
@@ -341,11 +353,15 @@ def doc_with_decisions(name: str, text: str) -> str:
     return with_block(text, decisions_table(DOCS_WITH_DECISIONS[name]), *DECISIONS)
 
 
+ROOM = ("<!-- room:start -->", "<!-- room:end -->")
+
+
 def write() -> list[Path]:
-    readme, page = ROOT / "README.md", ROOT / "docs" / "benchmarks.md"
+    readme, page, workshop = ROOT / "README.md", ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "workshop.md"
+    workshop.write_text(with_block(workshop.read_text(encoding="utf-8"), room_table(), *ROOM), encoding="utf-8")
     readme.write_text(readme_with_results(readme.read_text(encoding="utf-8")), encoding="utf-8")
     page.write_text(benchmarks_page(), encoding="utf-8")
     for name in DOCS_WITH_DECISIONS:
         doc = ROOT / name
         doc.write_text(doc_with_decisions(name, doc.read_text(encoding="utf-8")), encoding="utf-8")
-    return [readme, page, *(ROOT / name for name in DOCS_WITH_DECISIONS)]
+    return [readme, page, workshop, *(ROOT / name for name in DOCS_WITH_DECISIONS)]
