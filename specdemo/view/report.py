@@ -205,22 +205,16 @@ def room_table() -> str:
     for r in d["rooms"]:
         first = f"{r['first_token_p50_s']} / {r['first_token_p95_s']} s"
         done = f"{r['result_p50_s']} / {r['result_p95_s']} / {r['result_max_s']} s"
-        rows.append(
-            [r["attendees"], r["recordings"], first, done, r["refused"], r["failed"] + r["abandoned"], r["wrong"]]
-        )
-    header = [
-        "attendees",
-        "recordings",
-        "first token p50 / p95",
-        "result p50 / p95 / max",
-        "refused",
-        "failed",
-        "wrong",
-    ]
+        failed = r["failed"] + r["abandoned"]
+        rows.append([r["attendees"], r["recordings"], first, done, r["recorded"], r["refused"], failed, r["wrong"]])
+    header = ["attendees", "recordings", "first token p50 / p95", "result p50 / p95 / max", "shown recorded"]
+    header += ["refused", "failed", "wrong"]
     return (
         f"**A workshop room on one Space** ({d['preset']}, the page's defaults: {d['method']}, γ {d['gamma']}, "
-        f"{d['max_new_tokens']} tokens; the attendees press Run on the {d['examples']} examples within "
-        f"{d['spread_s']:.0f} s, each a session of its own streaming the live race; concurrency {d['concurrency']}, "
+        f"{d['max_new_tokens']} tokens; the attendees press Run on the preset's first {d['examples']} example "
+        f"prompt(s) within {d['spread_s']:.0f} s, each a session of its own streaming the live race; the rooms "
+        f"follow one another on the same two servers, so from the second on the recording is there already, as when "
+        f"the facilitator runs the example first; concurrency {d['concurrency']}, "
         f"queue {d['max_queue']}; *recordings on*: a repeat of a finished greedy race is shown from its recording, "
         f"*off*: every Run races live; the two servers took turns; {d['measured']}). "
         f"{source('docs/results/room_load.json')}\n\n" + table(header, rows)
