@@ -80,8 +80,10 @@ def browser():
 
 @pytest.fixture(scope="module")
 def app_server():
+    """The tests' server: every Run races live (a tab is a session of its own, and two tests may race the same
+    settings: with recordings the second would be shown the first's; their own test starts its server)."""
     log_path = ARTIFACTS / "browser-server.log"
-    with serve(log_path) as url:
+    with serve(log_path, SPECDEMO_RECORDINGS="off") as url:
         yield url, log_path
 
 
@@ -431,3 +433,26 @@ def test_the_bundled_pair_races_too(page, app_server):
     no_error_badge(page)
     _, log_path = app_server
     assert "Traceback" not in log_path.read_text()  # refused input is one line in the log
+
+
+def test_a_second_attendee_sees_the_race_recorded_at_once_and_races_it_live_with_one_click(browser):
+    """A room on one Space: the race one attendee ran is shown to the next at once, labelled as recorded;
+    that attendee's next Run races live and writes the same text."""
+    with serve(ARTIFACTS / "browser-recordings-server.log") as url:  # recordings on, as the app starts
+        with open_page(browser, url) as first:
+            run_race(first, 24)
+            written = first.locator("#baseline-pane").inner_text()
+        with open_page(browser, url) as page:
+            set_number(page, "Max new tokens", 24)
+            watch_status(page)
+            start = time.perf_counter()
+            page.locator("#run-btn").click()
+            shown = wait_finished(page)
+            assert shown.startswith("✓ recorded at") and "Run again to race it live" in shown, shown
+            assert time.perf_counter() - start < 10 and page.locator("#baseline-pane").inner_text() == written
+            page.screenshot(path=str(ARTIFACTS / "browser-recorded.png"))
+            watch_status(page)
+            page.locator("#run-btn").click()
+            assert wait_finished(page).startswith("✓ done")  # live this time
+            assert page.locator("#baseline-pane").inner_text() == written
+            no_error_badge(page)

@@ -104,18 +104,23 @@ def wait_status(page, text: str, timeout=300_000) -> None:
 
 
 def watch_status(page) -> None:
-    """Count the status line's changes from now on: a race too fast to see its ● still changes it."""
+    """Watch the status line from now on: whether a run showed ● (a live race always does, however fast), and
+    its text now (a recording shown at once changes it without a ●)."""
     page.evaluate(
-        "() => { window.statusChanges = 0; new MutationObserver(() => window.statusChanges++).observe("
-        "document.querySelector('#status'), {subtree: true, childList: true, characterData: true}); }"
+        f"() => {{ window.statusBefore = {STATUS_TEXT}; window.statusRunning = false; "
+        "new MutationObserver(() => { if (/●/.test(document.querySelector('#status').innerText)) "
+        "window.statusRunning = true; }).observe(document.querySelector('#status'), "
+        "{subtree: true, childList: true, characterData: true}); }"
     )
 
 
 def wait_finished(page, timeout=300_000) -> str:
-    """After ``watch_status``: wait for the status to have changed and to say the race ended (✓ or ⚠) →
-    the status line."""
+    """After ``watch_status``: wait for this run to have ended (✓ or ⚠) → the status line. A stale redraw of
+    the last status is not taken for it: the run showed ● since, or the text is another."""
     page.wait_for_function(
-        f"() => window.statusChanges > 0 && /✓|⚠/.test({STATUS_TEXT}) && !/●/.test({STATUS_TEXT})", timeout=timeout
+        f"() => (window.statusRunning || {STATUS_TEXT} !== window.statusBefore) && /✓|⚠/.test({STATUS_TEXT}) "
+        f"&& !/●/.test({STATUS_TEXT})",
+        timeout=timeout,
     )
     return status(page)
 

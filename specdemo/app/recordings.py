@@ -9,7 +9,7 @@ recorded speed), with no model run; that session's next Run of the same settings
 is one click away).
 
 Its drafts and clocks are the recording's: suffix decoding's store may have learnt more since, so a live race
-of it can draft more and run faster (the status line says the drafts and speed are the recording's). Not
+of it can draft more and run faster (the status line says its drafts and speed are as then). Not
 recorded, as a live race could write other tokens: sampling (temperature above 0), the vLLM servers and the
 naive hand-off (not this engine's race).
 """
@@ -82,10 +82,9 @@ def show(recording: dict) -> tuple:
     """The recording as the race's outputs, at once (no model runs), its status saying what it is."""
     state, decode, settings = traces.from_trace(recording["trace"])
     status = (
-        f"✓ recorded at {recording['when']} on this server ({recording['where']}): a live race with these "
-        f"settings writes exactly these tokens (greedy); the drafts and speed are the recording's · press Run "
-        f"again to race it live · "
-        f"{recording['status'].removeprefix('✓ ')}"
+        f"✓ recorded at {recording['when']} on this server ({recording['where']}): the tokens a live race writes "
+        f"(greedy), its drafts and speed as then · Run again to race it live · "
+        f"{recording['status'].removeprefix('✓ done: ')}"
     )
     return render(state, decode, settings.get("prompt", ""), "all", status, recording["trace"], update(open=False))
 
