@@ -79,10 +79,11 @@ def set_prompt(page, text: str) -> None:
 
 
 def pick_method(page, label: str) -> None:
-    """Choose a method in the dropdown by its label (``methods.Method.label``)."""
+    """Choose a method in the dropdown by its label (``methods.Method.label``); an option may add what the
+    method needs here ("… — needs its vLLM servers running")."""
     open_settings(page)
     page.get_by_label("Method", exact=True).click()
-    page.get_by_role("option", name=label, exact=True).click()
+    page.get_by_role("option", name=re.compile(f"^{re.escape(label)}( — .*)?$")).click()
 
 
 def status(page) -> str:
