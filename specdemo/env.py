@@ -43,6 +43,11 @@ def on_zero_gpu() -> bool:
     return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
 
 
+def on_a_space() -> bool:
+    """A Hugging Face Space (it sets SPACE_ID, and SYSTEM=spaces, in the app's environment)."""
+    return bool(os.environ.get("SPACE_ID")) or os.environ.get("SYSTEM") == "spaces"
+
+
 def get(name: str) -> str:
     """The variable's value, else its default (an unknown name is a programming error: KeyError)."""
     default, _ = VARIABLES[name]

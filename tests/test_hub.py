@@ -36,8 +36,7 @@ def local_hub(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
     monkeypatch.setenv("SPECDEMO_CACHE_DIR", str(tmp_path / "specdemo"))
     monkeypatch.setattr(smollm2, "wheel_gguf", lambda: None)
-    monkeypatch.setattr(hub, "_answers", {})
-    monkeypatch.setattr(hub, "_problems", {})
+    monkeypatch.setattr(hub, "_asked", {})
     with LocalHub(tmp_path / "served") as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         yield server

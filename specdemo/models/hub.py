@@ -31,8 +31,7 @@ ANSWER_TIMEOUT_S = 10.0  # a hub that answered once and then stalls: a file's li
 MODEL_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja")
 LOG_EVERY = 0.1  # the preload logs each tenth of a download
 REMEMBER_S = 60.0  # how long an answer to "does the hub answer?" holds
-_answers: dict[str, tuple[float, bool]] = {}  # endpoint → (when asked, whether it answered)
-_problems: dict[str, tuple[float, str | None]] = {}  # a file → (when asked, why it cannot be fetched)
+_asked: dict[str, tuple[float, object]] = {}  # a question to the hub → (when asked, its answer)
 
 _lock = threading.RLock()  # the app's thread reads what the loading thread writes
 downloading: dict = {}  # while a download runs in this process: what, its files, the bytes done (the app shows it)
@@ -55,19 +54,25 @@ def reachable(timeout: float = CONNECT_TIMEOUT_S) -> bool:
     or a server that accepts and never answers. Asked once a minute at most (a start asks several times)."""
     if offline():
         return False
-    url = endpoint()
-    asked = _answers.get(url)
-    if asked is not None and time.monotonic() - asked[0] < REMEMBER_S:
-        return asked[1]
+    return remembered(f"answers {endpoint()}", lambda: answers(endpoint(), timeout))
+
+
+def remembered(question: str, ask):
+    """``ask()``'s answer, asked again only once it is older than REMEMBER_S."""
+    asked = _asked.get(question)
+    if asked is None or time.monotonic() - asked[0] >= REMEMBER_S:
+        asked = _asked[question] = (time.monotonic(), ask())
+    return asked[1]
+
+
+def answers(url: str, timeout: float) -> bool:
     try:
         urllib.request.urlopen(urllib.request.Request(url + "/api/models?limit=1"), timeout=timeout).close()
-        answered = True
+        return True
     except urllib.error.HTTPError:
-        answered = True  # it answered, if only to refuse
+        return True  # it answered, if only to refuse
     except (OSError, ValueError):
-        answered = False
-    _answers[url] = (time.monotonic(), answered)
-    return answered
+        return False
 
 
 class _Bar(tqdm):
@@ -150,7 +155,6 @@ def download(repo_id: str, revision: str | None = None, files: tuple[str, ...] =
             downloading.update(what=what, file=0, files=len(wanted), done_bytes=0, file_bytes=0, logged=0.0)
             downloading["total"] = sum(s.size or 0 for s in wanted)
         log.info("downloading %s: %d files, %.0f MB", what, len(wanted), downloading["total"] / 1e6)
-        path = None
         for i, sibling in enumerate(wanted):
             with _lock:
                 downloading.update(file=i, file_bytes=0)
@@ -182,18 +186,17 @@ def fetchable(repo_id: str, filename: str, revision: str | None = None) -> str |
 
     if not reachable():
         return "the Hub is off here (HF_HUB_OFFLINE)" if offline() else f"the Hub at {endpoint()} does not answer"
-    key = f"{endpoint()} {repo_id} {filename} {revision}"
-    asked = _problems.get(key)
-    if asked is not None and time.monotonic() - asked[0] < REMEMBER_S:
-        return asked[1]
-    try:
-        url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint())
-        get_hf_file_metadata(url, timeout=ANSWER_TIMEOUT_S)
-        problem = None
-    except Exception as error:  # said in one line; the caller falls back
-        problem = describe_failure(repo_id if revision is None else f"{repo_id}@{revision[:7]}", error)
-    _problems[key] = (time.monotonic(), problem)
-    return problem
+    what = repo_id if revision is None else f"{repo_id}@{revision[:7]}"
+
+    def ask() -> str | None:
+        try:
+            get_hf_file_metadata(hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint()),
+                                 timeout=ANSWER_TIMEOUT_S)  # fmt: skip
+            return None
+        except Exception as error:  # said in one line; the caller falls back
+            return describe_failure(what, error)
+
+    return remembered(f"fetchable {endpoint()} {repo_id} {filename} {revision}", ask)
 
 
 def cached(repo_id: str, filename: str, revision: str | None = None) -> Path | None:

