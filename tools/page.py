@@ -107,10 +107,11 @@ def wait_status(page, text: str, timeout=300_000) -> None:
 def watch_status(page) -> None:
     """Watch the status line from now on: whether a run showed ● (a live race always does, however fast), and
     its text now (a recording shown at once changes it without a ●)."""
+    # the whole page is observed: opening the Race tab (a Lesson scene does) mounts a new status line
     page.evaluate(
         f"() => {{ window.statusBefore = {STATUS_TEXT}; window.statusRunning = false; "
-        "new MutationObserver(() => { if (/●/.test(document.querySelector('#status').innerText)) "
-        "window.statusRunning = true; }).observe(document.querySelector('#status'), "
+        "new MutationObserver(() => { if (/●/.test(document.querySelector('#status')?.innerText)) "
+        "window.statusRunning = true; }).observe(document.body, "
         "{subtree: true, childList: true, characterData: true}); }"
     )
 

@@ -26,3 +26,7 @@ METHODS_TAB = (
     "the earlier answers whole; on open-ended text only a draft that knows the target helps. How the table was "
     "measured is folded under it; **Re-measure** runs it here, now."
 )
+
+LESSON = """**A workshop's path, about 30 minutes.** Each button sets the race up (the pair, prompt, method, γ and
+length the stored measurements chose), opens its tab and starts it; the card above the tabs says what to look at and
+asks one question. Start with 1."""
