@@ -44,10 +44,10 @@ from specdemo.app.settings import (
     PRESET_OUTPUTS,
     SETTING_NAMES,
     Settings,
+    before_race,
     find_problem,
     method_choices,
     preset_fields,
-    refusal_line,
     start_note,
 )
 from specdemo.decoding import methods
@@ -338,13 +338,16 @@ def wire_race(ui: Components, settings: Components) -> None:
     # has closed instead of being dropped (gradio's default for a click ignores it while one is pending)
     # first the line beside Run (a refusal, or nothing: the field at fault may be folded away), then the race,
     # which its validator keeps from being queued when refused
-    refusal = dict(inputs_kwargs=settings, outputs=ui["refusal"], queue=False, show_progress="hidden", **PRIVATE)
-    race = dict(inputs_kwargs=settings, outputs=race_outputs, **MODEL_EVENT)
-    race_event = ui["run_btn"].click(refusal_line, trigger_mode="always_last", **refusal).then(run, **(race | race_api))
+    refusal = dict(inputs_kwargs=settings, outputs=[ui["refusal"], ui["status"]], queue=False, show_progress="hidden")
+    refusal |= PRIVATE
+    # while it waits, its place in line and the wait show once, on the status line (not on every output)
+    race = dict(inputs_kwargs=settings, outputs=race_outputs, show_progress="minimal", show_progress_on=ui["status"])
+    race |= MODEL_EVENT
+    race_event = ui["run_btn"].click(before_race, trigger_mode="always_last", **refusal).then(run, **(race | race_api))
     try_event = (
         ui["try_btn"]
         .click(tries.pick, [ui["try_method"], ui["preset"]], [ui["method_label"], ui["gamma"]], **PRIVATE)
-        .success(refusal_line, **refusal)
+        .success(before_race, **refusal)
         .then(run, **race)
     )
     methods_out = [ui["methods_plot"], ui["methods_table"], ui["zoo_plot"]]
@@ -353,7 +356,7 @@ def wire_race(ui: Components, settings: Components) -> None:
         start = functools.partial(lesson.start, scene.key, CHOICES)
         clicked = ui[f"scene:{scene.key}"].click(start, None, [ui[name] for name in lesson.SCENE_OUTPUTS], **PRIVATE)
         if scene.shows != "theory":
-            events.append(clicked.then(refusal_line, **refusal).then(run, **race))
+            events.append(clicked.then(before_race, **refusal).then(run, **race))
         if scene.tab == "Step inspector":
             events[-1].then(lesson.first_refusal, ui["trace"], [ui[name] for name in INSPECTOR_OUT], **PRIVATE)
     for event in events:  # after every race

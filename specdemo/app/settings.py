@@ -189,6 +189,16 @@ def refusal_line(**values) -> dict:
     return update(value=f"⚠ {problem[1]}" if problem else "", visible=problem is not None)
 
 
+WAITING = "In line: one race at a time on this server (so both sides' clocks stay honest); yours starts by itself"
+
+
+def before_race(**values) -> tuple[dict, str | dict]:
+    """At the click, before the race is queued: the line beside Run (a refusal, or nothing) and, for a race that
+    will be queued, a status line saying it waits its turn (gradio shows its place in line and the wait there)."""
+    line = refusal_line(**values)
+    return line, KEEP if line["visible"] else WAITING
+
+
 def friendly(error: BaseException) -> str:
     """One clear line for the person at the screen. Refused input is logged as one line; an
     unexpected error with its traceback."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specdemo.decoding import methods
+from specdemo.measure import lesson
 from specdemo.models.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +42,7 @@ SOURCES = {
     "docs/results/cost_model.json": "python -m specdemo profile --cost-model --out docs/results/cost_model.json",
     "docs/results/space_start.json": "python -m tools.space_start --out docs/results/space_start.json",
     "docs/results/room_load.json": "python -m tools.room_load --attendees 10,20,30 --out docs/results/room_load.json",
+    "docs/results/laptop_install.json": "python -m tools.laptop_install --out docs/results/laptop_install.json",
 }
 
 
@@ -221,6 +224,38 @@ def room_table() -> str:
     )
 
 
+def install_table() -> str:
+    d = load("docs/results/laptop_install.json")
+    rows = [[f"`{step['command']}`", f"{step['seconds']:.0f} s"] for step in d["steps"]]
+    converted = f"{d['convert_s']:.0f} s, {d['converted_mb']:,} MB"
+    rows += [["the venv on disk", f"{d['venv_mb']:,} MB"], ["first launch: SmolLM2's GGUF converted, once", converted]]
+    return (
+        f"**A workshop laptop's install** (the README's first command in a fresh venv, pip's cache {d['pip_cache']}, "
+        f"Python {d['python']}; this machine's network is a data centre's: over a room's wifi the same bytes take "
+        f"longer; {d['machine']}). {source('docs/results/laptop_install.json')}\n\n" + table(["step", "took"], rows)
+    )
+
+
+def lesson_table() -> str:
+    """The Lesson's scenes as the app sets them up, from the same stored files (``measure/lesson.py``)."""
+    stored = lesson.stored()
+    rows = []
+    for n, s in enumerate(lesson.SCENES, 1):
+        race = lesson.race_settings(s, stored)
+        if race is None:
+            what = "no race: the step costs, this CPU beside the GPU"
+        else:
+            method = methods.get(race["method"])
+            gamma = f", γ {race['gamma']}" if method.on_engine else ""  # (the hand-off has no γ)
+            what = f"{method.short}{gamma}, {race['max_new_tokens']} tokens on “{race['prompt'].splitlines()[0][:48]}”"
+        rows.append([n, s.title, s.tab, what, lesson.claim(s, stored).split(";")[0], s.question])
+    return (
+        f"**The Lesson's scenes** (written by `python -m specdemo report` from the files they read: "
+        f"{', '.join(f'`{f}`' for f in lesson.SOURCES)}; {lesson.measured_where(stored)})\n\n"
+        + table(["#", "scene", "opens", "races", "the stored figure it quotes", "question"], rows)
+    )
+
+
 def decisions_table(section: str) -> str:
     """The choices a measurement made (``docs/results/decisions.json``), for docs/design.md or docs/training.md."""
     d = load("docs/results/decisions.json")
@@ -331,6 +366,7 @@ def benchmarks_page() -> str:
         cost_table(),
         space_table(),
         room_table(),
+        install_table(),
     ]
     return "\n\n".join(parts) + "\n"
 
@@ -348,11 +384,15 @@ def doc_with_decisions(name: str, text: str) -> str:
 
 
 ROOM = ("<!-- room:start -->", "<!-- room:end -->")
+LESSON = ("<!-- lesson:start -->", "<!-- lesson:end -->")
+INSTALL = ("<!-- install:start -->", "<!-- install:end -->")
 
 
 def write() -> list[Path]:
     readme, page, workshop = ROOT / "README.md", ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "workshop.md"
-    workshop.write_text(with_block(workshop.read_text(encoding="utf-8"), room_table(), *ROOM), encoding="utf-8")
+    text = with_block(workshop.read_text(encoding="utf-8"), room_table(), *ROOM)
+    text = with_block(with_block(text, lesson_table(), *LESSON), install_table(), *INSTALL)
+    workshop.write_text(text, encoding="utf-8")
     readme.write_text(readme_with_results(readme.read_text(encoding="utf-8")), encoding="utf-8")
     page.write_text(benchmarks_page(), encoding="utf-8")
     for name in DOCS_WITH_DECISIONS:
