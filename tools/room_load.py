@@ -2,6 +2,9 @@
 within a few seconds, with the page's default settings; what each one sees.
 
     python -m tools.room_load --attendees 10,20,30 [--spread 10] [--out docs/results/room_load.json]
+    python -m tools.room_load --attendees 30 --scenes colours,rewrite,… --ways on [--out …]
+
+``--scenes``: each room races one of the Lesson's scenes, with the settings its button sets (measure/lesson.py).
 
 Two servers, one with ``SPECDEMO_RECORDINGS=off`` (every Run races live) and one as the app starts (a room's
 repeats shown from their recordings), the rooms taking turns between them (an interleaved A/B).
@@ -121,6 +124,13 @@ def main() -> None:
         help="the room's prompts: the first N examples (1: the "
         "page's own, the seed prompt: a room following the facilitator's first scene)",
     )
+    parser.add_argument(
+        "--scenes",
+        default="",
+        help="the Lesson's scenes by key (colours,rewrite,…): each room "
+        "races a scene's settings instead of the page's defaults",
+    )
+    parser.add_argument("--ways", default="off,on", help="recordings off, on, or both (in turns)")
     parser.add_argument("--timeout", type=float, default=600.0, help="an attendee gives up after this")
     parser.add_argument("--port", type=int, default=7871)
     parser.add_argument("--out", type=Path)
@@ -128,22 +138,35 @@ def main() -> None:
 
     from specdemo import env
     from specdemo.app.settings import Settings
+    from specdemo.decoding import methods
+    from specdemo.measure import lesson
     from specdemo.measure.machine import machine
     from specdemo.models import PRESETS, startup_preset
 
     preset = startup_preset()
     base = asdict(Settings.from_preset(preset))  # the page's defaults: its measured start
     examples = list(PRESETS[preset].examples)[: args.prompts]
-    ways = ("off", "on")
+    rooms_of = {"": (base, examples)}  # scene → (settings, prompts): a scene sets its own, as its button does
+    if args.scenes:
+        table = lesson.stored()
+        rooms_of = {}
+        for key in args.scenes.split(","):
+            race = lesson.race_settings(lesson.scene(key), table)
+            scene = {"method_label": methods.get(race["method"]).label, "gamma": race["gamma"]}
+            scene |= {"max_new_tokens": race["max_new_tokens"]}
+            rooms_of[key] = (asdict(Settings.from_preset(lesson.PRESET)) | scene, [race["prompt"]])
+    ways = tuple(args.ways.split(","))
     servers = {way: start_app(args.port + i, way) for i, way in enumerate(ways)}
     urls = {way: f"http://127.0.0.1:{args.port + i}/" for i, way in enumerate(ways)}
     try:
         for url in urls.values():  # the pair loaded before the room
             attendee(url, base | {"max_new_tokens": 4}, 0.0, args.timeout, {})
         rooms = []
-        for n in args.attendees.split(","):
-            for way in ways:  # in turns: the machine's drift lands on both alike
-                rooms.append({"recordings": way} | room(urls[way], int(n), args.spread, args.timeout, examples, base))
+        for key, (settings, prompts) in rooms_of.items():
+            for n in args.attendees.split(","):
+                for way in ways:  # in turns: the machine's drift lands on both alike
+                    measured = room(urls[way], int(n), args.spread, args.timeout, prompts, settings)
+                    rooms.append({"recordings": way} | ({"scene": key} if key else {}) | measured)
     finally:
         for server in servers.values():
             server.terminate()

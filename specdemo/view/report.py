@@ -42,6 +42,10 @@ SOURCES = {
     "docs/results/cost_model.json": "python -m specdemo profile --cost-model --out docs/results/cost_model.json",
     "docs/results/space_start.json": "python -m tools.space_start --out docs/results/space_start.json",
     "docs/results/room_load.json": "python -m tools.room_load --attendees 10,20,30 --out docs/results/room_load.json",
+    "docs/results/room_scenes.json": (
+        "python -m tools.room_load --attendees 30 --scenes colours,rewrite,twice,turn-off,naive --ways on "
+        "--out docs/results/room_scenes.json"
+    ),
     "docs/results/laptop_install.json": "python -m tools.laptop_install --out docs/results/laptop_install.json",
 }
 
@@ -202,25 +206,35 @@ def space_table() -> str:
     )
 
 
-def room_table() -> str:
-    d = load("docs/results/room_load.json")
+def room_table(name: str = "docs/results/room_load.json") -> str:
+    d = load(name)
+    scenes = any("scene" in r for r in d["rooms"])
     rows = []
     for r in d["rooms"]:
         first = f"{r['first_token_p50_s']} / {r['first_token_p95_s']} s"
         done = f"{r['result_p50_s']} / {r['result_p95_s']} / {r['result_max_s']} s"
         failed = r["failed"] + r["abandoned"]
-        rows.append([r["attendees"], r["recordings"], first, done, r["recorded"], r["refused"], failed, r["wrong"]])
+        row = [r["attendees"], r["recordings"], first, done, r["recorded"], r["refused"], failed, r["wrong"]]
+        rows.append([r["scene"], *row] if scenes else row)
     header = ["attendees", "recordings", "first token p50 / p95", "result p50 / p95 / max", "shown recorded"]
+    header = ["scene", *header] if scenes else header
     header += ["refused", "failed", "wrong"]
+    what = (
+        "each room the Lesson's scene, with the settings its button sets, the room its first on that server (the "
+        "first attendee races live, the rest wait for it: no facilitator ran it first)"
+        if scenes
+        else f"the page's defaults: {d['method']}, γ {d['gamma']}, {d['max_new_tokens']} tokens; the attendees "
+        f"press Run on the preset's first {d['examples']} example prompt(s)"
+    )
+    follow = "" if scenes else (
+        "; the rooms follow one another on the same two servers, so from the second on the recording is there "
+        "already, as when the facilitator runs the example first"
+    )  # fmt: skip
     return (
-        f"**A workshop room on one Space** ({d['preset']}, the page's defaults: {d['method']}, γ {d['gamma']}, "
-        f"{d['max_new_tokens']} tokens; the attendees press Run on the preset's first {d['examples']} example "
-        f"prompt(s) within {d['spread_s']:.0f} s, each a session of its own streaming the live race; the rooms "
-        f"follow one another on the same two servers, so from the second on the recording is there already, as when "
-        f"the facilitator runs the example first; concurrency {d['concurrency']}, "
-        f"queue {d['max_queue']}; *recordings on*: a repeat of a finished greedy race is shown from its recording, "
-        f"*off*: every Run races live; the two servers took turns; {d['measured']}). "
-        f"{source('docs/results/room_load.json')}\n\n" + table(header, rows)
+        f"**A workshop room on one Space** ({d['preset']}, {what}; within {d['spread_s']:.0f} s, each a session of "
+        f"its own streaming the live race{follow}; concurrency {d['concurrency']}, queue {d['max_queue']}; "
+        f"*recordings on*: a repeat of a finished greedy race is shown from its recording, *off*: every Run races "
+        f"live; {d['measured']}). {source(name)}\n\n" + table(header, rows)
     )
 
 
@@ -366,6 +380,7 @@ def benchmarks_page() -> str:
         cost_table(),
         space_table(),
         room_table(),
+        room_table("docs/results/room_scenes.json"),
         install_table(),
     ]
     return "\n\n".join(parts) + "\n"
@@ -386,12 +401,14 @@ def doc_with_decisions(name: str, text: str) -> str:
 ROOM = ("<!-- room:start -->", "<!-- room:end -->")
 LESSON = ("<!-- lesson:start -->", "<!-- lesson:end -->")
 INSTALL = ("<!-- install:start -->", "<!-- install:end -->")
+ROOM_SCENES = ("<!-- room-scenes:start -->", "<!-- room-scenes:end -->")
 
 
 def write() -> list[Path]:
     readme, page, workshop = ROOT / "README.md", ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "workshop.md"
     text = with_block(workshop.read_text(encoding="utf-8"), room_table(), *ROOM)
     text = with_block(with_block(text, lesson_table(), *LESSON), install_table(), *INSTALL)
+    text = with_block(text, room_table("docs/results/room_scenes.json"), *ROOM_SCENES)
     workshop.write_text(text, encoding="utf-8")
     readme.write_text(readme_with_results(readme.read_text(encoding="utf-8")), encoding="utf-8")
     page.write_text(benchmarks_page(), encoding="utf-8")
