@@ -449,7 +449,8 @@ def test_a_second_attendee_sees_the_race_recorded_at_once_and_races_it_live_with
             start = time.perf_counter()
             page.locator("#run-btn").click()
             shown = wait_finished(page)
-            assert shown.startswith("✓ recorded at") and "Run again to race it live" in shown, shown
+            # (where the start method drafts from suffix decoding's store, a second race is recorded too)
+            assert shown.startswith("✓ recorded at") and re.search("Run again( to race it live|: asked again)", shown)
             assert time.perf_counter() - start < 10 and page.locator("#baseline-pane").inner_text() == written
             page.screenshot(path=str(ARTIFACTS / "browser-recorded.png"))
             watch_status(page)

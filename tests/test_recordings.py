@@ -67,6 +67,19 @@ def test_another_session_sees_the_race_at_once_and_its_next_run_is_live_and_the_
     assert live.count == 3  # who raced it live has seen it: her next Run is live too
 
 
+def test_the_naive_hand_off_is_recorded_and_its_recording_is_what_a_live_one_writes():
+    """Greedy, the draft's half and the target's continuation are the same tokens each time: a room's thirty
+    clicks on the Lesson's naive scene need not queue thirty live races."""
+    s = replace(BASE, method_label=methods.get("naive").label)
+    live = Races(s)
+    first = last(recordings.race_or_replay(s, "alice", live))
+    shown = last(recordings.race_or_replay(s, "bob", live))
+    assert live.count == 1 and shown["status"].startswith("✓ recorded at")
+    again = last(recordings.race_or_replay(s, "bob", live))
+    assert live.count == 2 and tokens(shown) == tokens(first) == tokens(again)
+    assert 'class="tok tok-unverified"' in shown["speculative_pane"]  # its unchecked half, as it was shown
+
+
 def test_sampling_is_never_recorded():
     s = replace(BASE, temperature=0.8)  # another draw, other tokens
     live = Races(s)
@@ -75,21 +88,29 @@ def test_sampling_is_never_recorded():
     assert live.count == 2
 
 
-def test_suffix_decodings_recording_writes_the_tokens_its_live_race_writes_though_it_drafts_more_now():
-    """Its store learnt the first answer: a live race now drafts it whole (faster, other colours), the tokens
-    the same; the recording says its drafts and speed are its own."""
+def test_suffix_decoding_keeps_the_first_asking_and_the_second_and_shows_them_in_that_order():
+    """Its store learnt the first answer: the second race drafts it whole (other colours), the tokens the same.
+    A session's first Run is shown the first asking, its second the second, its third races live."""
     s = replace(BASE, method_label=methods.get("suffix").label, gamma=4)
     live = Races(s)
-    first = last(recordings.race_or_replay(s, "alice", live))
+    first = last(recordings.race_or_replay(s, "alice", live))  # live: the first asking
     shown = last(recordings.race_or_replay(s, "bob", live))
-    assert live.count == 1 and "its drafts and speed as then" in shown["status"]
-    again = last(recordings.race_or_replay(s, "bob", live))
-    assert live.count == 2 and tokens(shown) == tokens(first) == tokens(again)
+    assert live.count == 1 and "the first race of these settings here" in shown["status"]
+    assert "Run again: asked again" in shown["status"]
+    again = last(recordings.race_or_replay(s, "bob", live))  # live: the second asking, kept
+    assert live.count == 2 and again["status"].startswith("✓ done")
+    seen = [last(recordings.race_or_replay(s, "carol", live)) for _ in range(2)]
+    assert live.count == 2 and "the second, drafted from the answers before it" in seen[1]["status"]
+    assert "Run again to race it live" in seen[1]["status"]
+    assert seen[1]["speculative_pane"] == again["speculative_pane"]  # the second asking's drafts, as raced
+    assert tokens(seen[0]) == tokens(seen[1]) == tokens(first) == tokens(again)
+    last(recordings.race_or_replay(s, "carol", live))
+    assert live.count == 3  # her third Run: live
 
 
 def test_a_stopped_race_or_other_settings_are_not_shown_as_this_one():
     live = Races(BASE)
-    recordings.keep(BASE, race_tab.status_only("■ stopped: 3 + 4 tokens"), "alice")
+    recordings.keep(BASE, race_tab.status_only("■ stopped: 3 + 4 tokens"), 0)
     last(recordings.race_or_replay(BASE, "bob", live))
     assert live.count == 1  # nothing was kept from the stopped race
     other = replace(BASE, max_new_tokens=23)

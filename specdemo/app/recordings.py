@@ -8,10 +8,13 @@ Run with exactly those settings shows it at once, labelled as recorded (when, on
 recorded speed), with no model run; that session's next Run of the same settings races live ("race it live"
 is one click away).
 
-Its drafts and clocks are the recording's: suffix decoding's store may have learnt more since, so a live race
-of it can draft more and run faster (the status line says its drafts and speed are as then). Not
-recorded, as a live race could write other tokens: sampling (temperature above 0), the vLLM servers and the
-naive hand-off (not this engine's race).
+Its drafts and clocks are the recording's. A method that drafts from suffix decoding's store keeps two: the
+first time a question was asked on this server, and the second (its answer then drafted from the first's), so
+a session's first Run is shown the one and its second Run the other, as a room does the Lesson's "asked
+twice" scene (thirty second clicks raced live queued 30.6 s at p95); its third Run races live. The naive
+hand-off is recorded too (greedy, both its halves write the same tokens each time: thirty live ones queued
+54 s at p95, docs/workshop.md). Not recorded, as a live race could write other tokens: sampling (temperature
+above 0) and the vLLM servers (another process's engine and its batching).
 """
 
 from __future__ import annotations
@@ -32,76 +35,89 @@ from specdemo.view import trace as traces
 
 MAX_KEPT = 256  # distinct settings kept (the least recently shown go first)
 _lock = threading.Lock()
-_kept: OrderedDict[str, dict] = OrderedDict()  # settings → {"trace", "when", "where", "status"}
-_shown: dict[str, set] = {}  # settings → the sessions shown its recording (their next Run is live)
+# settings → its recordings in the order they were raced: [{"trace", "when", "where", "status"}, …]
+_kept: OrderedDict[str, list[dict]] = OrderedDict()
+_runs: dict[str, dict] = {}  # settings → {session: its Runs of them so far, shown or raced}
 
 
 def key(s: Settings) -> str | None:
     """The settings a recording stands for, or None where a live race of them could write other tokens."""
     method = methods.REGISTRY.get(methods.from_label(s.method_label))
-    if method is None or not method.on_engine or float(s.temperature or 0) > 0:
+    if method is None or not (method.on_engine or method.hand_off) or float(s.temperature or 0) > 0:
         return None
     return json.dumps(asdict(s), sort_keys=True, default=str)
 
 
-def take(s: Settings, session: str | None) -> dict | None:
-    """The recording this session is shown for these settings (once: its next Run races live), or None."""
+def kept_at_most(s: Settings) -> int:
+    """How many recordings its settings keep: the first race, and with suffix decoding's store the second too
+    (asked again, it drafts the first answer: other drafts, the same tokens)."""
+    return 2 if methods.get(methods.from_label(s.method_label)).suffix_store else 1
+
+
+def take(s: Settings, session: str | None) -> tuple[dict | None, int]:
+    """(the recording this session's next Run of these settings is shown, or None: race it live; that Run's
+    place among the settings' recordings)."""
     k = key(s)
-    if env.get("SPECDEMO_RECORDINGS") == "off":
-        return None
+    if k is None or env.get("SPECDEMO_RECORDINGS") == "off":
+        return None, -1
     with _lock:
-        if k is None or k not in _kept or session in _shown.setdefault(k, set()):
-            return None
-        _shown[k].add(session)
-        _kept.move_to_end(k)
-        return _kept[k]
+        runs = _runs.setdefault(k, {})
+        n = runs.get(session, 0)
+        runs[session] = n + 1
+        kept = _kept.get(k, [])
+        if n < len(kept):
+            _kept.move_to_end(k)
+            return kept[n] | {"index": n, "of": kept_at_most(s)}, n
+        return None, len(kept)  # live: were it kept, it would be the next
 
 
-def keep(s: Settings, last: tuple | None, session: str | None) -> None:
-    """After a live race: keep it if it finished (✓) and its settings can be recorded."""
+def keep(s: Settings, last: tuple | None, place: int) -> None:
+    """After a live race: keep it if it finished (✓), its settings can be recorded and it is the next they keep
+    (``place``: how many they had kept when it started; another race may have been kept meanwhile)."""
     out = dict(zip(RACE_OUTPUTS, last or ()))
     k, trace = key(s), out.get("trace")
     if k is None or not isinstance(trace, dict) or not str(out.get("status", "")).startswith("✓ done"):
         return
-    when = time.strftime("%H:%M:%S")
+    recording = {"trace": trace, "when": time.strftime("%H:%M:%S"), "where": machine().split(", measured")[0]}
     with _lock:
-        if k not in _kept:
-            _kept[k] = {
-                "trace": trace,
-                "when": when,
-                "where": machine().split(", measured")[0],
-                "status": out["status"],
-            }
-            _shown[k] = {session}  # who raced it live has seen it
+        kept = _kept.setdefault(k, [])
+        if place == len(kept) < kept_at_most(s):
+            kept.append(recording | {"status": out["status"]})
         while len(_kept) > MAX_KEPT:
             gone, _ = _kept.popitem(last=False)
-            _shown.pop(gone, None)
+            _runs.pop(gone, None)
 
 
 def show(recording: dict) -> tuple:
     """The recording as the race's outputs, at once (no model runs), its status saying what it is."""
     state, decode, settings = traces.from_trace(recording["trace"])
+    n, of = recording["index"], recording["of"]
+    which = ("the first race of these settings here", "the second, drafted from the answers before it")[n]
+    then = "Run again: asked again" if n + 1 < of else "Run again to race it live"
     status = (
-        f"✓ recorded at {recording['when']} on this server ({recording['where']}): the tokens a live race writes "
-        f"(greedy), its drafts and speed as then · Run again to race it live · "
+        f"✓ recorded at {recording['when']} on this server ({recording['where']})"
+        + (f", {which}" if of > 1 else "")
+        + f": the tokens a live race writes (greedy), its drafts and speed as then · {then} · "
         f"{recording['status'].removeprefix('✓ done: ')}"
     )
     return render(state, decode, settings.get("prompt", ""), "all", status, recording["trace"], update(open=False))
 
 
 def race_or_replay(s: Settings, session: str | None, race: Callable[[], Iterator[tuple]]) -> Iterator[tuple]:
-    """A recording of these settings if this session has not seen it, else the live ``race`` (kept if it can be)."""
-    if (recording := take(s, session)) is not None:
+    """This session's next recording of these settings if there is one, else the live ``race`` (kept if it can
+    be)."""
+    recording, place = take(s, session)
+    if recording is not None:
         yield show(recording)
         return
     last = None
     for last in race():
         yield last
-    keep(s, last, session)
+    keep(s, last, place)
 
 
 def forget() -> None:
     """Drop every recording (a test, or a server whose models changed)."""
     with _lock:
         _kept.clear()
-        _shown.clear()
+        _runs.clear()

@@ -34,6 +34,7 @@ class Scene:
     method: str | None = None  # a fixed method (else chosen from the task's stored row by ``shows``)
     prompt: str | None = None  # else the task's first prompt
     tab: str = "Race"  # the title of the tab it opens
+    asked_twice: bool = False  # the attendee presses Run a second time (the card says so)
 
 
 SCENES = (
@@ -65,6 +66,7 @@ SCENES = (
         "Why is the second race faster, and why are its tokens still exactly the first's?",
         "win",
         task=REPEATED,
+        asked_twice=True,
     ),
     Scene(
         "turn-off",

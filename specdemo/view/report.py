@@ -215,7 +215,7 @@ def room_table(name: str = "docs/results/room_load.json") -> str:
         done = f"{r['result_p50_s']} / {r['result_p95_s']} / {r['result_max_s']} s"
         failed = r["failed"] + r["abandoned"]
         row = [r["attendees"], r["recordings"], first, done, r["recorded"], r["refused"], failed, r["wrong"]]
-        rows.append([r["scene"], *row] if scenes else row)
+        rows.append([r["scene"] + (", Run again" if r.get("again") else ""), *row] if scenes else row)
     header = ["attendees", "recordings", "first token p50 / p95", "result p50 / p95 / max", "shown recorded"]
     header = ["scene", *header] if scenes else header
     header += ["refused", "failed", "wrong"]
