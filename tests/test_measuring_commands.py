@@ -60,7 +60,7 @@ SMOKE = {
     ],
     # pip finds each package already there (the venv sees this Python's), then the real conversion
     SOURCES["docs/results/room_scenes.json"]: [
-        "-m", "tools.room_load", "--attendees", "2", "--spread", "1", "--scenes", "rewrite", "--ways", "on",
+        "-m", "tools.room_load", "--attendees", "2", "--spread", "1", "--scenes", "twice", "--ways", "on",
         "--port", "7874", "--out", "{out}",
     ],
     SOURCES["docs/results/laptop_install.json"]: [
