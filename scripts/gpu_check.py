@@ -11,7 +11,8 @@
    names), its failure reported rather than failing the run;
 3. the seed prompt's race through the app's own handler (race_tab.stream), on compiled and aot steps;
 then one summary table, and everything as JSON in $OUT/gpu_check.json. Any missing piece fails the run.
-GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESETS=bundled-tinystories runs the same code on a CPU (the test suite's smoke run).
+GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESETS=bundled-tinystories GPU_CHECK_PROMPTS=1 runs the same code on a CPU (the test suite's
+smoke run: each part on one prompt).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ PARTS = os.environ.get("GPU_CHECK_PARTS", "identity,timings,app").split(",")
 KINDS = ("eager", "compiled")
 # aot's package is built per model (tens of seconds to minutes on a big one): timed for these presets only
 AOT_PRESETS = tuple(os.environ.get("GPU_CHECK_AOT_PRESETS", TIMED_PRESETS[0]).split(","))
+# how many of its prompts the identity and the app race take (the CPU smoke run: one, the code path the same)
+PROMPTS = int(os.environ.get("GPU_CHECK_PROMPTS", "2"))
 
 
 def identity() -> list[dict]:
@@ -53,7 +56,7 @@ def identity() -> list[dict]:
     )
     assert pair.target.device.type == DEVICE, f"the bundled pair did not load on {DEVICE}"
     rows = []
-    for prompt in ("once upon a time, there was a little", "tom had a red ball. he liked to"):
+    for prompt in ("once upon a time, there was a little", "tom had a red ball. he liked to")[:PROMPTS]:
         ids = pair.tokenizer(prompt)["input_ids"]
         out = pair.target.generate(torch.tensor([ids], device=DEVICE), do_sample=False, max_new_tokens=48)
         expected = out[0, len(ids) :].tolist()
@@ -168,7 +171,7 @@ def app_race() -> dict:
     from specdemo.app.settings import Settings
 
     statuses = {}
-    for prompt in (SEED_PROMPT, PRESETS["bundled-tinystories"].examples[0]):
+    for prompt in (PRESETS["bundled-tinystories"].examples[0], SEED_PROMPT)[:PROMPTS]:
         for kind in ("compiled", "aot"):
             s = Settings.from_preset("bundled-tinystories", prompt=prompt, steps=kind, max_new_tokens=64)
             *_, last = race_tab.stream(s, None)
