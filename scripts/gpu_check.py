@@ -11,8 +11,8 @@
    names), its failure reported rather than failing the run;
 3. the seed prompt's race through the app's own handler (race_tab.stream), on compiled and aot steps;
 then one summary table, and everything as JSON in $OUT/gpu_check.json. Any missing piece fails the run.
-GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESETS=bundled-tinystories GPU_CHECK_PROMPTS=1 runs the same code on a CPU (the test suite's
-smoke run: each part on one prompt).
+GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESETS=bundled-tinystories GPU_CHECK_PROMPTS=1 runs the same code on a CPU
+(the test suite's smoke run: each part on one prompt).
 """
 
 from __future__ import annotations
