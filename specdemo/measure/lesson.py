@@ -135,12 +135,17 @@ def chosen_method(s: Scene, table: dict) -> str | None:
     return min(free, key=lambda r: r["speedup"])["method"]
 
 
+def prompts_of(task: str) -> list:
+    """The prompts a task's row was measured on (asked again: the chat prompts, a second time)."""
+    name = "chat" if task == REPEATED else task
+    return load_tasks(names=[name])[name]
+
+
 def prompt_of(s: Scene) -> str:
     """The scene's prompt: its own, else its task's first (the prompts the table was measured on)."""
     if s.prompt:
         return s.prompt
-    task = "chat" if s.task == REPEATED else s.task  # asked again: the chat prompts
-    first = load_tasks(names=[task])[task][0]
+    first = prompts_of(s.task)[0]
     return first if isinstance(first, str) else first[-1]["content"]
 
 
@@ -165,7 +170,7 @@ def claim(s: Scene, table: dict) -> str:
     if s.shows == "theory":
         return "this CPU measured, the GPU predicted by the cost model (no GPU was lent to measure it)"
     row = stored_row(table, s.task, method)
-    n = len(load_tasks(names=["chat" if s.task == REPEATED else s.task]).popitem()[1])
+    n = len(prompts_of(s.task))
     prompts = f"the {n} chat prompts asked a second time" if s.task == REPEATED else f"the {n} {s.task} prompts"
     if s.shows == "refusal":
         return (
