@@ -38,7 +38,7 @@ def disk_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink()) / 1e6
 
 
-def measure(system_site_packages: bool) -> dict:
+def measure(system_site_packages: bool, convert: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         venv, cache = Path(scratch) / "venv", Path(scratch) / "cache"
         subprocess.run([sys.executable, "-m", "venv", str(venv)]
@@ -54,9 +54,10 @@ def measure(system_site_packages: bool) -> dict:
             print(f"{steps[-1]['command']}: {steps[-1]['seconds']} s", flush=True)
         venv_mb = disk_mb(venv)
         start = time.perf_counter()  # the first launch's conversion, in the new venv, offline (the wheel's GGUF)
-        convert = "from specdemo.models import smollm2; print(smollm2.resolve_target())"
+        script = "from specdemo.models import smollm2; print(smollm2.resolve_target())"
         env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "SPECDEMO_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
-        subprocess.run([str(python), "-c", convert], check=True, cwd=ROOT, env=env)
+        if convert:
+            subprocess.run([str(python), "-c", script], check=True, cwd=ROOT, env=env)
         convert_s = time.perf_counter() - start
         return {
             "machine": machine(),
@@ -66,8 +67,8 @@ def measure(system_site_packages: bool) -> dict:
             "steps": steps,
             "install_s": round(sum(s["seconds"] for s in steps), 1),
             "venv_mb": round(venv_mb),
-            "convert_s": round(convert_s, 1),
-            "converted_mb": round(disk_mb(cache)),
+            "convert_s": round(convert_s, 1) if convert else None,
+            "converted_mb": round(disk_mb(cache)) if convert else None,
         }
 
 
@@ -75,8 +76,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None, help="write the results JSON here")
     parser.add_argument("--system-site-packages", action="store_true", help="the venv sees this Python's packages")
+    parser.add_argument(
+        "--no-convert",
+        action="store_true",
+        help="the install only (the tests' smoke run: the conversion in a fresh venv is tests/test_space.py's)",
+    )
     args = parser.parse_args()
-    result = measure(args.system_site_packages)
+    result = measure(args.system_site_packages, convert=not args.no_convert)
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
