@@ -73,7 +73,7 @@ def test_without_the_lesson_s_pair_a_scene_keeps_the_pair_and_says_whose_figures
 
 
 def test_the_gpu_scene_says_which_numbers_are_predicted():
-    card = lesson_tab.card(lesson.scene("gpu"), "")
+    card = lesson_tab.card(lesson.scene("gpu"), lesson.stored())
     assert "**measured**" in card and card.count("**predicted**") == 2 and "no GPU was lent" in card
 
 

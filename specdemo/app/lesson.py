@@ -8,21 +8,21 @@ from specdemo.app.inspector import inspect_last, stepper_show
 from specdemo.app.settings import KEEP, PRESET_OUTPUTS, preset_fields, update
 from specdemo.decoding import methods
 from specdemo.measure import lesson
-from specdemo.view.report import table
+from specdemo.view import report
 
 # What a scene sets, in ``start``'s order (the app wires its components by these names)
 SCENE_OUTPUTS = ("preset", *PRESET_OUTPUTS, "temperature", "schedule", "scene_card", "tabs")
 
 
-def card(scene: lesson.Scene, where: str) -> str:
-    """What to look at, one question, and the stored figure the scene stands on."""
+def card(scene: lesson.Scene, stored: dict, where: str = "") -> str:
+    """What to look at, one question, and the stored figure (of ``stored``, the methods × tasks table) it stands on."""
     n = lesson.SCENES.index(scene) + 1
     text = (
-        f"**Scene {n} of {len(lesson.SCENES)} · {scene.title}** · {where}{lesson.claim(scene, lesson.stored())}\n\n"
+        f"**Scene {n} of {len(lesson.SCENES)} · {scene.title}** · {where}{lesson.claim(scene, stored)}\n\n"
         f"**Look:** {scene.look}\n\n**Question:** {scene.question}"
     )
     if scene.shows == "theory":
-        text += "\n\n" + table(lesson.GPU_HEADER, lesson.gpu_rows())
+        text += "\n\n" + report.table(lesson.GPU_HEADER, lesson.gpu_rows())
     return text
 
 
@@ -32,14 +32,15 @@ def start(key: str, choices: list[str]) -> tuple:
     scene = lesson.scene(key)
     here = lesson.PRESET in choices
     fields = dict(zip(PRESET_OUTPUTS, preset_fields(lesson.PRESET) if here else [KEEP] * len(PRESET_OUTPUTS)))
-    race = lesson.race_settings(scene, lesson.stored())
+    stored = lesson.stored()
+    race = lesson.race_settings(scene, stored)
     if race:
         label = methods.get(race["method"]).label
         fields |= dict(method_label=label, gamma=race["gamma"], max_new_tokens=race["max_new_tokens"])
         fields["prompt"] = race["prompt"]
     where = "" if here else f"figures of {lesson.PRESET} on a CPU; "
     sampling = (0, "constant") if race else (KEEP, KEEP)  # greedy: the stored tables are
-    shown = update(value=card(scene, where), visible=True)
+    shown = update(value=card(scene, stored, where), visible=True)
     return (lesson.PRESET if here else KEEP, *fields.values(), *sampling, shown, update(selected=scene.tab))
 
 

@@ -9,7 +9,7 @@ recorded speed), with no model run; that session's next Run of the same settings
 is one click away).
 
 Its drafts and clocks are the recording's. A method that drafts from suffix decoding's store keeps two: the
-first time a question was asked on this server, and the second (its answer then drafted from the first's), so
+first race of the settings on this server, and the second (its answer then drafted from the first's), so
 a session's first Run is shown the one and its second Run the other, as a room does the Lesson's "asked
 twice" scene (thirty second clicks raced live queued 30.6 s at p95); its third Run races live. The naive
 hand-off is recorded too (greedy, both its halves write the same tokens each time: thirty live ones queued
@@ -42,7 +42,7 @@ _runs: dict[str, dict] = {}  # settings → {session: its Runs of them so far, s
 
 def key(s: Settings) -> str | None:
     """The settings a recording stands for, or None where a live race of them could write other tokens."""
-    method = methods.REGISTRY.get(methods.from_label(s.method_label))
+    method = methods.REGISTRY.get(s.method)
     if method is None or not (method.on_engine or method.hand_off) or float(s.temperature or 0) > 0:
         return None
     return json.dumps(asdict(s), sort_keys=True, default=str)
@@ -51,7 +51,7 @@ def key(s: Settings) -> str | None:
 def kept_at_most(s: Settings) -> int:
     """How many recordings its settings keep: the first race, and with suffix decoding's store the second too
     (asked again, it drafts the first answer: other drafts, the same tokens)."""
-    return 2 if methods.get(methods.from_label(s.method_label)).suffix_store else 1
+    return 2 if methods.get(s.method).suffix_store else 1
 
 
 def take(s: Settings, session: str | None) -> tuple[dict | None, int]:
