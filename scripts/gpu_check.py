@@ -39,6 +39,7 @@ from specdemo.models import BUNDLED_DRAFT, BUNDLED_TARGET, PRESETS, LoadOptions,
 OUT = Path(os.environ.get("OUT", "/tmp"))
 SEED_PROMPT = "What is the purpose of life?"
 GAMMA = 3  # the verify shape timed (γ + 1 tokens)
+MAX_K = 8  # the verify curve's longest step, in tokens
 DEVICE = os.environ.get("GPU_CHECK_DEVICE", "cuda")
 # the seed's pair in bf16 and the showcase
 TIMED_PRESETS = tuple(os.environ.get("GPU_CHECK_PRESETS", "qwen2.5-3b+0.5b,qwen2.5-14b+0.5b").split(","))
@@ -151,6 +152,8 @@ def timings(name: str) -> dict:
             out["aot_build_s"] = time.perf_counter() - started
         t_t, t_d, t_v = step_ms(target, kind, 1), step_ms(draft, kind, 1), step_ms(target, kind, GAMMA + 1)
         out["kinds"][kind] = kind_row(t_t, t_d, t_v)
+        if kind == "eager":  # the verify curve t_v(k)/t_t a per-step choice of k weighs (auto's cost model)
+            out["tv_tt_by_k"] = {k: step_ms(target, kind, k) / t_t for k in range(2, MAX_K + 1)}
     if DEVICE == "cuda" and name in AOT_PRESETS:  # the experiment: a failure is its finding, not the check's
         try:
             steps = graphed_ahead_ms(target, 1), graphed_ahead_ms(draft, 1), graphed_ahead_ms(target, GAMMA + 1)
@@ -188,6 +191,12 @@ def main() -> int:
     import transformers
 
     report["transformers"] = transformers.__version__
+    if DEVICE == "cuda":  # the driver beside torch's CUDA: a measured row names both
+        import subprocess
+
+        query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        report["driver"] = subprocess.run(query, capture_output=True, text=True).stdout.strip()
+        report["cuda"] = torch.version.cuda
     parts = [("identity", "identity", identity)]
     parts += [("timings", f"timings {n}", lambda n=n: timings(n)) for n in TIMED_PRESETS]
     parts += [("app", "app race", app_race)]
@@ -201,7 +210,8 @@ def main() -> int:
             traceback.print_exc()
             failures.append(part)
         print(f"[{part}] {time.perf_counter() - started:.0f} s", flush=True)
-    (OUT / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        # after each part: a run cut off by its time limit still returns what it measured
+        (OUT / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(f"\n== summary: {report['gpu']}, torch {report['torch']}, transformers {report['transformers']} ==")
     for row in report.get("identity", []):
         print(f"identity {row['steps']:<9} {'same' if row['identical'] else 'DIFFERENT'}  τ {row['tau']:.2f}  "
@@ -215,6 +225,8 @@ def main() -> int:
             print(f"{name}: aot+graph (an experiment) failed: {report[f'timings {name}']['aot+graph failed']}")
         if "aot_build_s" in report.get(f"timings {name}", {}):
             print(f"{name}: aot packages built in {report[f'timings {name}']['aot_build_s']:.0f} s (target + draft)")
+        if curve := report.get(f"timings {name}", {}).get("tv_tt_by_k"):
+            print(f"{name}: eager t_v(k)/t_t for k = 2…{MAX_K}: " + " ".join(f"{v:.2f}" for v in curve.values()))
         for kind, k in report.get(f"timings {name}", {}).get("kinds", {}).items():
             speedups = " / ".join(f"{v:.2f}x" for v in k["speedup_at_alpha"].values())
             times = f"{k['t_t_ms']:7.2f} {k['t_d_ms']:7.2f} {k['c']:5.2f} {k['tv_tt']:8.2f}"

@@ -13,5 +13,5 @@ tests=$?
 python3 scripts/gpu_check.py 2>&1 | tee "$out/gpu_check.log"
 check=$?
 echo "GPU tests: $(tail -1 "$out/gpu_tests.log")"
-nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
+nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
 [ "$tests" -eq 0 ] && [ "$check" -eq 0 ]

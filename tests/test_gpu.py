@@ -31,7 +31,13 @@ PAIRS = {
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_greedy_on_cuda_matches_generate_or_explains_why(name):
     from specdemo.measure.divergence import explain
+    from specdemo.models import smollm2
 
+    # a lent GPU reaches no index: a pair whose pieces its image lacks is skipped by name, not failed
+    if name.endswith("nf4"):
+        pytest.importorskip("bitsandbytes", reason="NF4 needs bitsandbytes, not on this machine")
+    if name.startswith("smollm2") and smollm2.local_gguf() is None and smollm2.hub_problem():
+        pytest.skip(f"SmolLM2's GGUF is not on this machine: {smollm2.how_to_get_it()}")
     target_id, draft_id, options, vocab, prompt = PAIRS[name]
     pair = load_pair(target_id, draft_id, options, LoadOptions(dtype="float16"), ModelCache(), draft_vocab=vocab)
     assert pair.target.device.type == "cuda"
