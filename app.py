@@ -26,7 +26,6 @@ from specdemo.app import (
     api,
     durations,
     inspector,
-    layout,
     lesson,
     race_tab,
     recordings,
@@ -56,6 +55,7 @@ from specdemo.decoding.shapes import STEPS
 from specdemo.decoding.steps import TREE_LIMITS, TreeConfig
 from specdemo.measure.lesson import SCENES
 from specdemo.models import vllm
+from specdemo.ui import layout
 from specdemo.view.render import legend_html, pane_titles
 
 ASSETS = Path(__file__).resolve().parent / "assets"

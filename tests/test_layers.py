@@ -1,6 +1,6 @@
 """The package's folders are its layers, and imports point down only:
 
-    cli → app → view → measure → models → decoding → errors, env     (recipes: offline, imported by no runtime layer)
+    cli, ui → app → view → measure → models → decoding → errors, env   (recipes: offline, imported by no runtime layer)
 
 A module may import its own layer and any layer below it; nothing outside recipes/ imports a recipe (tools/ may:
 they are offline too), and no two modules import each other."""
@@ -21,6 +21,7 @@ RANK = {
     "app": 5,
     "recipes": 5,
     "cli": 6,
+    "ui": 6,
     "__main__": 6,
 }
 
@@ -205,3 +206,34 @@ def test_the_method_string_check_catches_each_kind():
         "specdemo.cli.bench: methods.get('prompt-lookup').name",
         "specdemo.cli.bench: runner='",
     ]
+
+
+GRADIO_LAYERS = ("app", "specdemo.ui")  # app.py and the ui/ layer build components; app/ is plain functions
+
+
+def gradio_importers(sources: dict[str, str]) -> list[str]:
+    """Every module outside app.py and specdemo/ui/ that imports gradio (at the top or inside a function)."""
+    bad = []
+    for module, source in sources.items():
+        if module == GRADIO_LAYERS[0] or module.startswith(GRADIO_LAYERS[1]):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n == "gradio" or n.startswith("gradio.") for n in names):
+                bad.append(module)
+    return sorted(set(bad))
+
+
+def test_gradio_is_imported_by_app_py_and_the_ui_layer_only():
+    sources = package_sources() | {"app": (PACKAGE.parent / "app.py").read_text(encoding="utf-8")}
+    assert gradio_importers(sources) == []
+    assert "import gradio" in sources["app"] and "import gradio" in sources["specdemo.ui.layout"]  # the walk saw them
+
+
+def test_the_gradio_check_catches_an_import_in_another_layer():
+    """The control: the import that specdemo/app/layout.py once had, and one inside a function."""
+    sources = package_sources()
+    sources["specdemo.app.race_tab"] += "\nimport gradio as gr\n"
+    sources["specdemo.view.render"] += "\ndef f():\n    from gradio.themes import Soft\n"
+    assert gradio_importers(sources) == ["specdemo.app.race_tab", "specdemo.view.render"]

@@ -1,5 +1,6 @@
 """The tool tabs' layouts (the step inspector, benchmark, methods × tasks, theory, losslessness check) and the
-Lesson's: app.py holds the race's layout and wires every component, by the names these return."""
+Lesson's (the ui layer: gradio is imported here and in app.py only): app.py holds the race's layout and
+wires every component, by the names these return."""
 
 from __future__ import annotations
 
