@@ -193,6 +193,39 @@ def method_strings(sources: dict[str, str]) -> list[str]:
     ]
 
 
+def method_literals(sources: dict[str, str]) -> list[str]:
+    """'module: text' for every registered method's name spelled as a string where a method is named, in the
+    layers that read the registry (measure/, view/, app/): ``method="draft"``, ``gammas["draft"]``."""
+    import re
+
+    from specdemo.decoding import methods
+
+    names = "|".join(re.escape(n) for n in sorted(methods.REGISTRY, key=len, reverse=True))
+    pattern = re.compile(rf"""\bmethod\s*(?:==|!=|=)\s*["']({names})["']|gammas(?:["']\])?(?:\[|\.get\()\s*["']({names})["']""")
+    return [
+        f"{module}: {m.group(0)}"
+        for module, source in sources.items()
+        if module.split(".")[1:2] in (["measure"], ["view"], ["app"])
+        for m in pattern.finditer(source)
+    ]
+
+
+def test_no_method_is_named_by_a_string_in_measure_view_or_app():
+    assert method_literals(package_sources()) == []
+
+
+def test_the_method_literal_check_catches_the_lesson_s_old_spellings():
+    """The control: measure/lesson.py's scenes once named their methods so."""
+    sources = package_sources()
+    sources["specdemo.measure.lesson"] += '\nS = Scene(method="draft")\nG = table["gammas"]["draft"]\n'
+    sources["specdemo.app.tabs"] += "\nif method == 'prompt-lookup':\n    pass\n"
+    assert method_literals(sources) == [
+        "specdemo.app.tabs: method == 'prompt-lookup'",
+        'specdemo.measure.lesson: method="draft"',
+        'specdemo.measure.lesson: gammas"]["draft"',
+    ]
+
+
 def test_no_method_name_or_runner_is_compared_as_a_string_outside_the_registry():
     assert method_strings(package_sources()) == []
 

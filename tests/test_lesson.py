@@ -77,5 +77,20 @@ def test_the_gpu_scene_says_which_numbers_are_predicted():
     assert "**measured**" in card and card.count("**predicted**") == 2 and "no GPU was lent" in card
 
 
+def test_every_stored_figure_a_card_shows_names_its_machine_and_date():
+    """A stored figure is read on other machines: it names where and when it was measured, never "this CPU"."""
+    import json
+
+    stored, cpu = lesson.stored(), json.loads((lesson.ROOT / "docs/results/steps_cpu.json").read_text())
+    for scene in lesson.SCENES:
+        card = lesson_tab.card(scene, stored)
+        assert "this CPU" not in card, scene.key
+        if scene.shows in ("win", "loss", "refusal"):
+            assert lesson.measured_on(stored) in card, scene.key
+    gpu = lesson_tab.card(lesson.scene("gpu"), stored)
+    assert f"{cpu['machine'].split(',')[0]}, **measured** {cpu['measured']}" in gpu
+    assert lesson.measured_on(stored).startswith("measured 2026-12-02 on a 2 vCPU AMD EPYC")  # read, not typed
+
+
 def test_report_run_measures_again_every_file_the_scenes_read():
     assert set(lesson.SOURCES) <= set(SOURCES)

@@ -46,7 +46,7 @@ SCENES = (
         "Which colour never appears in the left pane, and why can the right pane still not write anything else?",
         "win",
         task="chat",
-        method="draft",
+        method=methods.DRAFT.name,
         prompt=SEED_PROMPT,
     ),
     Scene(
@@ -84,7 +84,7 @@ SCENES = (
         "Dashed red underlines mark where its text differs from the target's.",
         "Which rule of speculative decoding does the hand-off skip, and what does that cost?",
         "difference",
-        method="naive",
+        method=methods.NAIVE.name,
         prompt=SEED_PROMPT,
     ),
     Scene(
@@ -95,14 +95,14 @@ SCENES = (
         "In greedy mode, why is the correction always the target's most likely token?",
         "refusal",
         task="chat",
-        method="draft",
+        method=methods.DRAFT.name,
         prompt=SEED_PROMPT,
         tab="Step inspector",
     ),
     Scene(
         "gpu",
         "Why a GPU wins more",
-        "On this CPU checking γ+1 tokens costs more than one token (t_v/t_t above 1) and the draft is not free (c). "
+        "On a CPU checking γ+1 tokens costs more than one token (t_v/t_t above 1) and the draft is not free (c). "
         "On a GPU a step is mostly reading the weights: t_v/t_t is 1, and a large target makes c small.",
         "The 3B pair is predicted to win less than the 14B on the same GPU: which term says why?",
         "theory",
@@ -154,12 +154,18 @@ def race_settings(s: Scene, table: dict) -> dict | None:
     method = chosen_method(s, table)
     if method is None:
         return None
-    gamma = table["gammas"].get(method) or methods.get(method).gamma or table["gammas"]["draft"]
+    gamma = table["gammas"].get(method) or methods.get(method).gamma or table["gammas"][methods.DRAFT.name]
     return {"method": method, "gamma": gamma, "max_new_tokens": table["max_new_tokens"], "prompt": prompt_of(s)}
 
 
 def measured_where(table: dict) -> str:
     return table["measured"].split(" with `")[0].rstrip(",")  # the sentence before its command
+
+
+def measured_on(table: dict) -> str:
+    """'measured 2026-12-02 on a 2 vCPU AMD EPYC': where and when a stored figure was measured (a stored figure
+    never says "this CPU": the machine reading it may be another)."""
+    return "m" + measured_where(table).split(" (")[0].split(",")[0][1:]
 
 
 def claim(s: Scene, table: dict) -> str:
@@ -168,19 +174,19 @@ def claim(s: Scene, table: dict) -> str:
     if s.shows == "difference":
         return f"the {methods.get(method).short} is not lossless: it checks nothing the draft writes"
     if s.shows == "theory":
-        return "this CPU measured, the GPU predicted by the cost model (no GPU was lent to measure it)"
+        return "a CPU's stored step costs, the GPU predicted by the cost model (no GPU was lent to measure it)"
     row = stored_row(table, s.task, method)
     n = len(prompts_of(s.task))
     prompts = f"the {n} chat prompts asked a second time" if s.task == REPEATED else f"the {n} {s.task} prompts"
     if s.shows == "refusal":
         return (
             f"stored: the {methods.get(method).short} keeps α {row['alpha']:.2f} of its drafts on {prompts}: "
-            f"about {1 - row['alpha']:.0%} are refused"
+            f"about {1 - row['alpha']:.0%} are refused ({measured_on(table)})"
         )
     verdict = "slower than the target alone" if s.shows == "loss" else "the best of the methods measured there"
     return (
         f"stored: {methods.get(method).short} {row['speedup']:.2f}× the baseline on {prompts} "
-        f"(α {row['alpha']:.2f}), {verdict}; a single race varies around it"
+        f"(α {row['alpha']:.2f}, {measured_on(table)}), {verdict}; a single race varies around it"
     )
 
 
@@ -205,7 +211,7 @@ def gpu_rows() -> list[list[str]]:
     model's H200 rows (predicted)."""
     cpu = json.loads((ROOT / "docs/results/steps_cpu.json").read_text())
     eager = cpu["kinds"]["eager"]
-    where = f"this CPU ({cpu['machine'].split(',')[0]}), **measured**"
+    where = f"{cpu['machine'].split(',')[0]}, **measured** {cpu['measured']}"  # stored: named, dated
     rows = [[where, f"{cpu['preset']}, γ {cpu['gamma']}", f"{eager['t_t_ms']:.1f} ms", f"{eager['c']:.2f}",
              f"{eager['tv_tt']:.2f}", f"{eager['speedup']:.2f}×"]]  # fmt: skip
     for g in gpu_predictions():

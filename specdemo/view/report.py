@@ -257,7 +257,7 @@ def lesson_table() -> str:
     for n, s in enumerate(lesson.SCENES, 1):
         race = lesson.race_settings(s, stored)
         if race is None:
-            what = "no race: the step costs, this CPU beside the GPU"
+            what = "no race: a CPU's measured step costs beside the GPU's predicted"
         else:
             method = methods.get(race["method"])
             gamma = f", γ {race['gamma']}" if method.on_engine else ""  # (the hand-off has no γ)
