@@ -201,7 +201,9 @@ def method_literals(sources: dict[str, str]) -> list[str]:
     from specdemo.decoding import methods
 
     names = "|".join(re.escape(n) for n in sorted(methods.REGISTRY, key=len, reverse=True))
-    pattern = re.compile(rf"""\bmethod\s*(?:==|!=|=)\s*["']({names})["']|gammas(?:["']\])?(?:\[|\.get\()\s*["']({names})["']""")
+    keyword = rf"""\bmethod\s*(?:==|!=|=)\s*["']({names})["']"""
+    key = rf"""gammas(?:["']\])?(?:\[|\.get\()\s*["']({names})["']"""
+    pattern = re.compile(f"{keyword}|{key}")
     return [
         f"{module}: {m.group(0)}"
         for module, source in sources.items()
