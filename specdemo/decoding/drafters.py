@@ -26,6 +26,8 @@ class Draft:
     probs: torch.Tensor | None = None
     # Where a model-free proposal was seen ({"from": "prompt" | "answer" | "earlier answer", "ids"}).
     source: dict | None = None
+    # auto's choice for this step: {"source", "gamma", "expected", "cost", "reason"} (decoding/auto.py)
+    choice: dict | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -93,14 +95,17 @@ class PromptLookupDrafter:
 
     def __init__(self, max_ngram: int = 3):
         self.max_ngram = max_ngram
+        self.match_len = 0  # the n-gram the last proposal matched (auto's signal)
 
     def propose(self, tokens: list[int], n: int, sampling: SamplingConfig, generator) -> Draft:
+        self.match_len = 0
         if n <= 0:
             return Draft()
         for size in range(min(self.max_ngram, len(tokens) - 1), 0, -1):
             tail = tokens[-size:]
             for start in range(len(tokens) - size - 1, -1, -1):
                 if tokens[start : start + size] == tail:
+                    self.match_len = size
                     return Draft(tokens[start + size : start + size + n])
         return Draft()
 

@@ -148,7 +148,7 @@ def speculative_steps(
             settle(step, draft.ids[:accepted], token, budget, eos, bonus=accepted == len(draft))
             tokens.extend(step.emitted)
         step.draft_s, step.verify_s, step.rest_s = t_draft.seconds, t_verify.seconds, t_rest.seconds
-        step.draft_source = draft.source
+        step.draft_source, step.draft_choice = draft.source, draft.choice
 
     return closing_drafter(drive(one_step, prompt_ids, config, cancel), drafter)
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from specdemo.decoding import auto
 from specdemo.decoding.drafters import PROMPT_LOOKUP_GAMMA, ModelDrafter, PromptLookupDrafter
 from specdemo.decoding.feature import FeatureDrafter, FeatureHead, is_feature_drafter
 from specdemo.decoding.suffix import DEFAULT_GAMMA as SUFFIX_GAMMA
@@ -194,6 +196,19 @@ def hybrid_drafter(config, draft_model, target, store=None):
     return HybridDrafter(suffix_drafter(config, draft_model, target, store), model, config.suffix)
 
 
+def auto_drafter(config, draft_model, target, store=None):
+    """Each step, the source and γ with the most expected tokens per unit of this machine's time."""
+    from specdemo import env
+
+    model = chain_for(draft_model).drafter(config, draft_model, target) if draft_model is not None else None
+    cost_file = Path(env.get("SPECDEMO_CACHE_DIR")).expanduser() / "auto_costs.json"
+    cost = auto.measure_costs(target.model, draft_model, config.gamma, cost_file)
+    return auto.AutoDrafter(
+        cost, prompt_lookup_drafter(config, draft_model, target), suffix_drafter(config, draft_model, target, store),
+        model,
+    )  # fmt: skip
+
+
 # --- the registry: the order here is the dropdown's ----------------------------------------------
 
 DRAFT = register(
@@ -279,6 +294,23 @@ HYBRID = register(
         suggest=3,
         start=True,
         start_gammas=(4,),
+        bench=True,
+    )
+)
+AUTO = register(
+    Method(
+        "auto",
+        "auto: picks the drafter and γ each step from what it costs here",
+        "auto",
+        "speculative decoding that chooses, each step, no draft, prompt lookup, the suffix store or the draft "
+        "model, and how many tokens, from this machine's step costs and what each has been accepting",
+        suffix_store=True,
+        drafts="any",
+        gamma=auto.MOST,
+        drafter=auto_drafter,
+        suggest=6,
+        start=True,
+        start_gammas=(auto.MOST,),
         bench=True,
     )
 )

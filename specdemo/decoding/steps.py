@@ -72,6 +72,8 @@ class Step:
     tree_path: list[int] = field(default_factory=list)
     # Suffix decoding: where the proposal was seen (prompt, answer, an earlier answer) and its ids there.
     draft_source: dict | None = None
+    # auto: this step's choice of source and γ, with its reason (decoding/auto.py)
+    draft_choice: dict | None = None
     views: StepViews = field(default_factory=lambda: StepViews())  # what only the inspector shows
 
     @property

@@ -1,0 +1,212 @@
+"""auto: one drafter over the drafters, choosing each step where to draft from and how much (γ 0 included).
+
+Each step it asks the model-free sources (prompt lookup, the suffix store) what they would propose (free: text
+matching), then picks the (source, k) with the most expected tokens per unit of time:
+
+    E(s, k)    = 1 + Σ_{i=1..k} Π_{j=1..i} â_s,j          (the kept drafts, plus the target's own token)
+    cost(s, k) = t_v(1+k)/t_t + k·c_s                     (in target steps; k = 0 is a plain step: E = cost = 1)
+    â_s,j      = (kept + 1)/(tried + 2) + κ/sqrt(1 + tried)          (optimism; counts decay by λ per step)
+
+where â_s,j is source s's chance of keeping position j given positions < j were kept, per signal bucket (the
+suffix match's length, prompt lookup's n-gram size). The decay lets a source that was
+switched off come back: its counts shrink, its bonus grows, and it is tried again (optimism in the face of
+uncertainty, as UCB). The choice reads only the past, so the proposal's q is the q it was drawn with and the
+rule (``engine.verify_draft``) keeps sampling lossless. The token tree is not among the sources: it is another
+kind of step (``tree.py``), not a chain this loop verifies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from specdemo.decoding.drafters import Draft
+from specdemo.decoding.kv import CachedLM, synchronize
+from specdemo.decoding.sampling import SamplingConfig
+
+NONE = "none"  # the choice not to draft: a plain target step
+DECAY = 0.97  # λ: a count seen 33 steps ago weighs 1/e
+OPTIMISM = 0.15  # κ: an untried position counts as 0.5 + 0.15 (a probe about every 60 steps of disuse)
+MOST = 6  # auto's γ where none is chosen: the most tokens it may draft (it chooses fewer, 0 included)
+LABELS = {NONE: "no draft", "prompt": "prompt lookup", "suffix": "suffix store", "model": "draft model"}
+
+
+@dataclass
+class CostModel:
+    """A step's cost in target steps: ``verify[k]`` = t_v(1+k)/t_t (verify[0] = 1), ``draft[s]`` = c of one
+    drafted token by source s (a model-free source's matching is ≈ 0). Measured at start-up, or given."""
+
+    verify: list[float]
+    draft: dict[str, float] = field(default_factory=dict)
+    where: str = "given"  # what measured it
+
+    def step(self, source: str, k: int) -> float:
+        return self.verify[min(k, len(self.verify) - 1)] + k * self.draft.get(source, 0.0)
+
+
+@dataclass
+class Acceptance:
+    """Decayed counts of kept / tried drafts per (source, bucket, position)."""
+
+    kept: dict = field(default_factory=dict)
+    tried: dict = field(default_factory=dict)
+    steps: int = 0
+
+    def rate(self, key: tuple, position: int) -> float:
+        kept, tried = self.kept.get((*key, position), 0.0), self.tried.get((*key, position), 0.0)
+        bonus = OPTIMISM / math.sqrt(1 + tried)
+        return min(1.0, (kept + 1) / (tried + 2) + bonus)
+
+    def learn(self, key: tuple, drafted: int, accepted: int) -> None:
+        self.steps += 1
+        for table in (self.kept, self.tried):
+            for k in table:
+                table[k] *= DECAY
+        # positions 1..accepted were kept; position accepted+1 was tried and refused; later ones never tested
+        for j in range(1, min(drafted, accepted + 1) + 1):
+            self.tried[(*key, j)] = self.tried.get((*key, j), 0.0) + 1
+            self.kept[(*key, j)] = self.kept.get((*key, j), 0.0) + (j <= accepted)
+
+    def expected(self, key: tuple, k: int) -> float:
+        total, alive = 1.0, 1.0
+        for j in range(1, k + 1):
+            alive *= self.rate(key, j)
+            total += alive
+        return total
+
+
+def choose(cost: CostModel, acceptance: Acceptance, offers: dict[str, tuple[int, int]]) -> dict:
+    """The best (source, k) by expected tokens per target step. ``offers``: source → (most tokens it can
+    draft, its signal bucket). Returns the choice with its reason, in words an attendee reads."""
+    options = [(1.0, 1.0, NONE, 0, 0)]
+    for source, (most, bucket) in offers.items():
+        for k in range(1, most + 1):
+            e, c = acceptance.expected((source, bucket), k), cost.step(source, k)
+            options.append((e / c, e, source, k, bucket))
+    rate, e, source, k, bucket = max(options, key=lambda o: o[0])
+    steps = cost.step(source, k)
+    runner_up = max((o for o in options if o[2] != source), key=lambda o: o[0], default=None)
+    reason = f"γ {k} from {LABELS[source]}: expected {e:.2f} tokens for {steps:.2f} steps"
+    if runner_up:
+        _, e2, s2, k2, _ = runner_up
+        reason += f"; {LABELS[s2]} γ {k2} would give {e2:.2f} for {cost.step(s2, k2):.2f}"
+    return {"source": source, "gamma": k, "bucket": bucket, "expected": e, "cost": steps, "reason": reason}
+
+
+class AutoDrafter:
+    """Proposes from the source ``choose`` picks; learns what each kept from how the text went on."""
+
+    def __init__(self, cost: CostModel, prompt=None, suffix=None, model=None):
+        self.cost, self.acceptance = cost, Acceptance()
+        self.sources = {name: d for name, d in (("prompt", prompt), ("suffix", suffix), ("model", model)) if d}
+        self.last: tuple | None = None  # (key, drafted ids, len(tokens) when drafted)
+
+    def learn(self, tokens: list[int]) -> None:
+        """The last draft's kept prefix is what the text went on with (a refused token is never emitted: the
+        residual max(0, p − q) is 0 where p < q, and greedy's correction is another token)."""
+        if self.last is None:
+            return
+        key, ids, at = self.last
+        went_on = tokens[at : at + len(ids)]
+        accepted = next((i for i, (a, b) in enumerate(zip(ids, went_on, strict=False)) if a != b), len(went_on))
+        self.acceptance.learn(key, len(ids), accepted)
+        self.last = None
+
+    def propose(self, tokens: list[int], n: int, sampling: SamplingConfig, generator) -> Draft:
+        self.learn(tokens)
+        found, offers = {}, {}
+        for name in ("prompt", "suffix"):
+            if name in self.sources and n > 0:
+                draft = self.sources[name].propose(tokens, n, sampling, None)
+                if draft:
+                    found[name] = draft
+                    offers[name] = (len(draft), min(getattr(self.sources[name], "match_len", 0), 4))
+        if "model" in self.sources and n > 0:
+            offers["model"] = (n, 0)
+        choice = choose(self.cost, self.acceptance, offers)
+        k = choice["gamma"]
+        if k == 0:
+            draft = Draft()
+        elif choice["source"] == "model":
+            draft = self.sources["model"].propose(tokens, k, sampling, generator)
+        else:
+            whole = found[choice["source"]]
+            draft = Draft(whole.ids[:k], None if whole.probs is None else whole.probs[:k], whole.source)
+        if draft:
+            self.last = ((choice["source"], choice["bucket"]), list(draft.ids), len(tokens))
+        draft.choice = choice
+        return draft
+
+    def capture(self, first_feed: int) -> None:
+        if hasattr(self.sources.get("model"), "capture"):
+            self.sources["model"].capture(first_feed)
+
+    def close(self) -> None:
+        for d in self.sources.values():
+            if hasattr(d, "close"):
+                d.close()
+
+
+# --- the start-up measurement: t_v(1+k)/t_t and the draft's c on this machine, cached per machine and pair ---
+
+_MEASURED: dict[str, CostModel] = {}
+
+
+def model_name(model) -> str | None:
+    return getattr(getattr(model, "config", None), "_name_or_path", None) or None
+
+
+def cost_key(target_model, draft_model, most: int) -> str:
+    """This machine and pair (a model without a name, built in a test, by its identity in this process)."""
+    name = lambda m: model_name(m) or f"unnamed-{id(m)}"  # noqa: E731
+    return f"{platform.machine()} {platform.processor()} | {name(target_model)} + {name(draft_model)} | k≤{most}"
+
+
+def step_seconds(lm: CachedLM, new: int, repeats: int = 3) -> float:
+    """Median time of one forward of ``new`` tokens after a 32-token context (the cache rolled back after)."""
+    times = []
+    for _ in range(repeats):
+        synchronize(lm.device)
+        start = time.perf_counter()
+        lm.forward(list(range(1, new + 1)), keep=new)
+        synchronize(lm.device)
+        times.append(time.perf_counter() - start)
+        lm.rollback_to(32)
+    return statistics.median(times)
+
+
+def measure_costs(target_model, draft_model, most: int, cache_file: Path | None = None) -> CostModel:
+    """t_v(1+k)/t_t for k ≤ ``most`` and c of a draft step, on eager steps (a second or two on a CPU; once per
+    process, and once per machine with ``cache_file``)."""
+    key = cost_key(target_model, draft_model, most)
+    if not (model_name(target_model) and model_name(draft_model)):
+        cache_file = None  # an unnamed pair's key holds only in this process
+    if key in _MEASURED:
+        return _MEASURED[key]
+    stored = json.loads(cache_file.read_text()) if cache_file and cache_file.exists() else {}
+    if key in stored:
+        _MEASURED[key] = CostModel(**stored[key])
+        return _MEASURED[key]
+    started = time.perf_counter()
+    target = CachedLM(target_model)
+    target.forward(list(range(1, 33)))
+    step_seconds(target, 1, 1)  # warm-up
+    t_t = step_seconds(target, 1, 5)
+    verify = [1.0] + [step_seconds(target, 1 + k) / t_t for k in range(1, most + 1)]
+    draft = {}
+    if draft_model is not None and hasattr(draft_model, "config"):
+        lm = CachedLM(draft_model)
+        lm.forward(list(range(1, 33)))
+        step_seconds(lm, 1, 1)
+        draft["model"] = step_seconds(lm, 1, 5) / t_t
+    where = f"measured at start-up in {time.perf_counter() - started:.1f} s ({key})"
+    _MEASURED[key] = CostModel(verify, draft, where)
+    if cache_file:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        cache_file.write_text(json.dumps(stored | {key: asdict(_MEASURED[key])}, indent=1))
+    return _MEASURED[key]

@@ -1,0 +1,146 @@
+"""auto: the choice of source and γ from the cost model and the acceptance estimates (fed numbers), greedy identity
+on every path it takes, and lossless sampling with its choices in play."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_engine import PROMPTS, reference
+from test_sampling import DRAFTS, PROMPT, SAMPLES, TARGET, chi2_pvalue, exact_joint
+
+from specdemo.decoding import auto, engine
+from specdemo.decoding.auto import Acceptance, AutoDrafter, CostModel, choose
+from specdemo.decoding.engine import DecodeConfig, eos_ids, run_all, sample_many
+from specdemo.decoding.sampling import SamplingConfig
+
+CPU = CostModel([1.0, 1.09, 1.16, 1.26, 1.25, 1.27, 1.27], {"model": 0.25})  # SmolLM2-like, 2 cores
+GPU = CostModel([1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06], {"model": 0.05})  # a memory-bound step
+
+
+def taught(rates: dict[tuple, float], steps: int = 200) -> Acceptance:
+    """Acceptance after ``steps`` drafts of 6 per key, each position kept with its rate (a seeded draw)."""
+    import random
+
+    draws, a = random.Random(0), Acceptance()
+    for _ in range(steps):
+        for key, rate in rates.items():
+            kept = 0
+            while kept < 6 and draws.random() < rate:
+                kept += 1
+            a.learn(key, 6, kept)
+    return a
+
+
+def test_a_steep_verify_and_a_draft_that_is_refused_mean_no_draft():
+    acceptance = taught({("model", 0): 0.3})
+    choice = choose(CPU, acceptance, {"model": (6, 0)})
+    assert choice["source"] == auto.NONE and choice["gamma"] == 0
+    assert "no draft" in choice["reason"] and "draft model γ 1 would give" in choice["reason"]
+
+
+def test_the_same_draft_pays_on_a_flat_verify():
+    acceptance = taught({("model", 0): 0.6})
+    on_cpu, on_gpu = choose(CPU, acceptance, {"model": (6, 0)}), choose(GPU, acceptance, {"model": (6, 0)})
+    assert on_gpu["source"] == "model" and on_gpu["gamma"] > max(on_cpu["gamma"], 1)
+
+
+def test_a_long_copy_is_taken_over_the_model_and_its_length_bounds_gamma():
+    acceptance = taught({("model", 0): 0.5, ("suffix", 4): 0.95})
+    choice = choose(CPU, acceptance, {"model": (6, 0), "suffix": (3, 4)})
+    assert (choice["source"], choice["gamma"]) == ("suffix", 3)
+    assert choice["expected"] > 3 and choice["cost"] == pytest.approx(CPU.verify[3])
+
+
+def test_a_switched_off_source_is_tried_again():
+    """Its counts decay while it is not drafted and its optimism grows: exploration comes back to it."""
+    acceptance = taught({("model", 0): 0.2}, steps=50)
+    assert choose(CPU, acceptance, {"model": (6, 0)})["source"] == auto.NONE
+    for _ in range(300):  # steps that drafted from another source
+        acceptance.learn(("prompt", 1), 1, 1)
+    assert choose(CPU, acceptance, {"model": (6, 0)})["source"] == "model"
+
+
+def test_acceptance_counts_follow_the_rule():
+    a = Acceptance()
+    a.learn(("model", 0), 4, 2)  # kept 2, the third refused, the fourth never tested
+    assert a.tried == {("model", 0, 1): 1, ("model", 0, 2): 1, ("model", 0, 3): 1}
+    assert a.kept == {("model", 0, 1): 1, ("model", 0, 2): 1, ("model", 0, 3): 0}
+
+
+def test_auto_learns_what_was_kept_from_how_the_text_went_on():
+    class Fixed:
+        def propose(self, tokens, n, sampling, generator):
+            return engine.Draft([5, 6, 7][:n])
+
+    drafter = AutoDrafter(GPU, model=Fixed())
+    first = drafter.propose([1, 2], 3, SamplingConfig(), None)
+    assert first.ids == [5, 6, 7] and first.choice["source"] == "model"
+    drafter.propose([1, 2, 5, 6, 9], 3, SamplingConfig(), None)  # 5, 6 kept; 9 replaced 7
+    assert drafter.acceptance.kept[("model", 0, 2)] == pytest.approx(auto.DECAY**0)
+    assert drafter.acceptance.kept[("model", 0, 3)] == 0
+
+
+@pytest.mark.parametrize("steps", ["eager", "static"])
+def test_greedy_auto_is_token_identical_to_generate(tiny_pair, steps, monkeypatch):
+    """Every source it can take, at every γ: costs that make each choice happen (flat: it drafts; steep: it
+    does not), on a dynamic and a static cache."""
+    target, draft = tiny_pair
+    for cost in (GPU, CPU, CostModel([1.0] + [3.0] * 8, {"model": 1.0})):
+        monkeypatch.setattr(auto, "measure_costs", lambda *a, c=cost, **k: c)
+        sources = set()
+        for prompt in PROMPTS:
+            expected = reference(target, prompt, 40)
+            cfg = DecodeConfig(max_new_tokens=40, gamma=6, method="auto", steps=steps)
+            run = run_all(engine.speculative_steps(target, draft, prompt, cfg, eos=eos_ids(target)))
+            assert run.token_ids == expected, (prompt, cost)
+            sources |= {s.draft_choice["source"] for s in run.steps}
+        assert sources != {auto.NONE} or cost.verify[1] == 3.0  # flat costs draft; steep ones never do
+
+
+def test_the_start_up_measurement_is_short_and_cached(tmp_path, llama_pair):
+    target, draft = llama_pair
+    cost = auto.measure_costs(target, draft, 6)
+    assert len(cost.verify) == 7 and cost.verify[0] == 1.0 and all(v > 0 for v in cost.verify)
+    assert 0 < cost.draft["model"] < 2 and float(cost.where.split(" in ")[1].split(" s")[0]) <= 3
+    assert auto.measure_costs(target, draft, 6) is cost  # once per process
+
+
+MODEL_ONLY = CostModel(GPU.verify, {"model": 0.05, "prompt": 5.0, "suffix": 5.0})  # the model's q, every step
+AUTO_CASES = [
+    # the #32867 class: q must be the distribution the draft was drawn from, after temperature / top-k / top-p
+    ("far", MODEL_ONLY, SamplingConfig(temperature=0.8, top_k=5, top_p=0.9, seed=21)),
+    ("near", GPU, SamplingConfig(temperature=1.0, seed=22)),  # copies and the model's drafts, mixed
+]
+
+
+@pytest.mark.parametrize("draft_name, cost, sampling", AUTO_CASES, ids=str)
+def test_auto_samples_the_target_distribution_with_its_choices_in_play(draft_name, cost, sampling, monkeypatch):
+    monkeypatch.setattr(auto, "measure_costs", lambda *a, **k: cost)
+    draft = DRAFTS[draft_name]()
+    cfg = DecodeConfig(max_new_tokens=3, gamma=4, method="auto", sampling=sampling)
+    first = next(engine.speculative_steps(TARGET, draft, PROMPT, cfg))
+    assert first.draft_choice["source"] != auto.NONE and len(first.drafted) == 2
+    if cost is MODEL_ONLY:
+        assert first.draft_choice["source"] == "model"
+    samples = sample_many(TARGET, draft, PROMPT, cfg, SAMPLES // 2)  # the control fails with a quarter
+    assert chi2_pvalue(samples, exact_joint(TARGET, PROMPT, sampling)) > 1e-3
+
+
+def test_the_chi2_check_catches_auto_with_a_q_that_is_not_the_sampled_one(monkeypatch):
+    """The control, the #32867 bug class: the draft drawn from one distribution, the rule handed another q."""
+    from specdemo.decoding.drafters import ModelDrafter
+
+    monkeypatch.setattr(auto, "measure_costs", lambda *a, **k: MODEL_ONLY)
+    real = ModelDrafter.propose
+
+    def flattened_q(self, *args):
+        d = real(self, *args)
+        if d.probs is not None:
+            d.probs = torch.full_like(d.probs, 1 / d.probs.shape[-1])  # not the q x was drawn from
+        return d
+
+    monkeypatch.setattr(ModelDrafter, "propose", flattened_q)
+    sampling = SamplingConfig(temperature=0.8, top_k=5, top_p=0.9, seed=21)
+    cfg = DecodeConfig(max_new_tokens=3, gamma=4, method="auto", sampling=sampling)
+    samples = sample_many(TARGET, DRAFTS["far"](), PROMPT, cfg, SAMPLES // 4)
+    assert chi2_pvalue(samples, exact_joint(TARGET, PROMPT, sampling)) < 1e-3
