@@ -308,9 +308,6 @@ AUTO = register(
         drafts="any",
         gamma=auto.MOST,
         drafter=auto_drafter,
-        suggest=6,
-        start=True,
-        start_gammas=(auto.MOST,),
         bench=True,
     )
 )

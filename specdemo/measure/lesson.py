@@ -174,7 +174,10 @@ def claim(s: Scene, table: dict) -> str:
     if s.shows == "difference":
         return f"the {methods.get(method).short} is not lossless: it checks nothing the draft writes"
     if s.shows == "theory":
-        return "a CPU's stored step costs, the GPU predicted by the cost model (no GPU was lent to measure it)"
+        return (
+            "the step costs a CPU measured (stored), the GPU predicted by the cost model "
+            "(no GPU was lent to measure it)"
+        )
     row = stored_row(table, s.task, method)
     n = len(prompts_of(s.task))
     prompts = f"the {n} chat prompts asked a second time" if s.task == REPEATED else f"the {n} {s.task} prompts"
