@@ -34,7 +34,7 @@ from specdemo.decoding import aot  # noqa: E402
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_timed  # noqa: E402
 from specdemo.decoding.kv import CachedLM, synchronize  # noqa: E402
 from specdemo.measure.launches import ALPHAS, config_of, tau  # noqa: E402
-from specdemo.models import BUNDLED_DRAFT, BUNDLED_TARGET, PRESETS, LoadOptions, ModelCache, load_pair  # noqa: E402
+from specdemo.models import PRESETS  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 SEED_PROMPT = "What is the purpose of life?"
@@ -51,10 +51,18 @@ AOT_PRESETS = tuple(os.environ.get("GPU_CHECK_AOT_PRESETS", TIMED_PRESETS[0]).sp
 PROMPTS = int(os.environ.get("GPU_CHECK_PROMPTS", "2"))
 
 
+def bundled_settings(**changes):
+    """The bundled pair in fp32, as the app loads it: the identity and the app race share one load, and with
+    it each model's compiled steps and aot package (built once per process)."""
+    from specdemo.app.settings import Settings
+
+    return Settings.from_preset("bundled-tinystories", dtype="float32", **changes)
+
+
 def identity() -> list[dict]:
-    pair = load_pair(
-        BUNDLED_TARGET, BUNDLED_DRAFT, LoadOptions(dtype="float32"), LoadOptions(dtype="float32"), ModelCache()
-    )
+    from specdemo.app.settings import pair_for
+
+    pair = pair_for(bundled_settings())
     assert pair.target.device.type == DEVICE, f"the bundled pair did not load on {DEVICE}"
     rows = []
     for prompt in ("once upon a time, there was a little", "tom had a red ball. he liked to")[:PROMPTS]:
@@ -171,12 +179,11 @@ def app_race() -> dict:
     and may end it at once) and one of its own story openings."""
     from specdemo.app import race_tab
     from specdemo.app.race_tab import RACE_OUTPUTS
-    from specdemo.app.settings import Settings
 
     statuses = {}
     for prompt in (PRESETS["bundled-tinystories"].examples[0], SEED_PROMPT)[:PROMPTS]:
         for kind in ("compiled", "aot"):
-            s = Settings.from_preset("bundled-tinystories", prompt=prompt, steps=kind, max_new_tokens=64)
+            s = bundled_settings(prompt=prompt, steps=kind, max_new_tokens=64)
             *_, last = race_tab.stream(s, None)
             status = dict(zip(RACE_OUTPUTS, last))["status"]
             statuses[f"{kind}, {prompt!r}"] = status

@@ -24,7 +24,6 @@ def smollm2_pair(dtype: str):
 
 @pytest.fixture(scope="module")
 def pair():
-    torch.set_num_threads(1)
     return smollm2_pair("float32")
 
 
