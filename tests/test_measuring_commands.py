@@ -36,6 +36,10 @@ SMOKE = {
         "-m", "specdemo", "bench", *BUNDLED, "--gammas", "2", "--max-new-tokens", "8", "--repeats", "1",
         "--engines", "specdemo-baseline,specdemo-speculative", "--out", "{out}",
     ],
+    SOURCES["docs/results/auto_tasks.json"]: [
+        "-m", "specdemo", "bench", *BUNDLED, "--tasks", "--split", "held-out", "--task-names", "rewrite",
+        "--methods", "prompt-lookup,auto", "--max-new-tokens", "8", "--out", "{out}",
+    ],
     SOURCES["docs/results/suffix_index.json"]: [
         "-m", "tools.suffix_index_compare", *BUNDLED, "--max-new-tokens", "8", "--out", "{out}",
     ],

@@ -34,7 +34,14 @@ from specdemo.view.plots import (
     speedup_figure,
     time_breakdown_figure,
 )
-from specdemo.view.render import pane_titles, speedup_text, summary_html, token_spans, tokens_html
+from specdemo.view.render import (
+    choices_html,
+    pane_titles,
+    speedup_text,
+    summary_html,
+    token_spans,
+    tokens_html,
+)
 
 # How often the page is redrawn while a race runs: a browser on the same cores redrawing 8 times a second
 # made the target's steps uneven (jitter 2.3-2.4) and the typical-step speedup move ±10%; twice a second,
@@ -95,7 +102,8 @@ def render(state: RaceState, decode, prompt: str, figures: str, status: str, tra
         baseline_title=titles[0],
         speculative_title=titles[1],
         baseline_pane=tokens_html(token_spans(state.baseline, decode, mark=mark), state.greedy, prompt),
-        speculative_pane=tokens_html(token_spans(state.speculative, decode, reference, mark), state.greedy, prompt),
+        speculative_pane=tokens_html(token_spans(state.speculative, decode, reference, mark), state.greedy, prompt)
+        + choices_html(state.speculative),
         summary=summary_html(state.summary(), state.greedy, state.lossless),
         **dict(zip(("race_plot", "speedup_plot", "acceptance_plot"), live)),
         **dict(zip(("histogram_plot", "breakdown_plot"), rest)),

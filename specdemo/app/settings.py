@@ -290,6 +290,8 @@ def prepare(s: Settings) -> Prepared:
     if templated and method.on_engine and (method.suffix_store or not method.draft_model):
         # it copies from what the model reads, which is more than the prompt the pane echoes
         notes.append(f"{method.short} also copies from the chat template's system text, which the pane leaves out")
+    if method.prepare:  # before the race's clocks start (auto: this machine's step costs, once)
+        model_thread.call(method.prepare, pair.target, pair.draft if method.draft_model else None, config.gamma)
     steps, why = steps_here(config.steps, method, [pair.target] + ([pair.draft] if method.draft_model else []))
     config = replace(config, steps=steps)
     notes += [why] if why else []

@@ -61,6 +61,12 @@ def add_parsers(sub) -> None:
     )
     bench.add_argument("--task-names", default=None, help="--tasks: a comma-separated subset of the task files")
     bench.add_argument(
+        "--split",
+        choices=["all", "tune", "held-out"],
+        default="all",
+        help="--tasks: each task's prompts, or one half of them (tune: the 1st, 3rd, …; held-out: the others)",
+    )
+    bench.add_argument(
         "--out",
         default=None,
         help="also write the result as JSON here (the sweep, --tasks); --defaults: store them here instead",
@@ -109,12 +115,13 @@ def drafter_for(method: str, pair, preset) -> tuple:
 
 
 def cmd_tasks(args) -> None:
+    from specdemo.measure.machine import machine
     from specdemo.measure.tasks import encode_tasks, format_tasks, load_tasks, run_tasks
 
     chosen = task_methods(args.methods)
     methods = list(chosen)
     names = [t.strip() for t in args.task_names.split(",")] if args.task_names else None
-    tasks = load_tasks(names=names)
+    tasks = load_tasks(names=names, split=args.split)
     if not tasks:
         raise InputError(f"no task files match --task-names {args.task_names!r}")
     pair = load_from_args(args)
@@ -125,7 +132,8 @@ def cmd_tasks(args) -> None:
             drafters[m] = (drafters[m][0], gamma, drafters[m][2])
     ids = encode_tasks(pair.tokenizer, tasks, not args.no_chat_template)
     result = run_tasks(pair.target, drafters, ids, args.max_new_tokens, pair.eos, progress=not args.json)
-    result |= {"preset": args.preset, "gammas": {m: g for m, (_, g, _) in drafters.items()}}
+    result |= {"preset": args.preset, "gammas": {m: g for m, (_, g, _) in drafters.items()}, "split": args.split}
+    result |= {"machine": machine()}  # where and when
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps(result) if args.json else format_tasks(result))

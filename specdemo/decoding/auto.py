@@ -91,10 +91,12 @@ def choose(cost: CostModel, acceptance: Acceptance, offers: dict[str, tuple[int,
     rate, e, source, k, bucket = max(options, key=lambda o: o[0])
     steps = cost.step(source, k)
     runner_up = max((o for o in options if o[2] != source), key=lambda o: o[0], default=None)
-    reason = f"γ {k} from {LABELS[source]}: expected {e:.2f} tokens for {steps:.2f} steps"
+    reason = f"γ {k} from {LABELS[source]}: expected" if k else "γ 0 (no draft):"
+    reason += f" {e:.2f} tokens for {steps:.2f} steps"
     if runner_up:
         _, e2, s2, k2, _ = runner_up
-        reason += f"; {LABELS[s2]} γ {k2} would give {e2:.2f} for {cost.step(s2, k2):.2f}"
+        instead = f"{LABELS[s2]} γ {k2}" if k2 else LABELS[s2]
+        reason += f"; {instead} would give {e2:.2f} for {cost.step(s2, k2):.2f}"
     return {"source": source, "gamma": k, "bucket": bucket, "expected": e, "cost": steps, "reason": reason}
 
 

@@ -45,6 +45,9 @@ class Method:
     gamma: int | None = None  # its own γ where none is chosen (None: the preset's)
     # (config, draft model, target CachedLM, suffix store) → a drafter with ``propose``; chains only
     drafter: Callable | None = None
+    # (target model, draft model or None, γ) → None: one-off start-up work, done before any run is timed
+    # (auto measures this machine's step costs); the app and the benchmarks call it once a pair is loaded
+    prepare: Callable | None = None
     suggest: int | None = None  # its place in "try another method" (None: never suggested)
     start: bool = False  # a race may start with it (``bench --tasks --methods`` offers it)
     start_gammas: tuple[int, ...] = ()  # the γs ``bench --defaults`` races it at for a preset's measured start
@@ -196,13 +199,18 @@ def hybrid_drafter(config, draft_model, target, store=None):
     return HybridDrafter(suffix_drafter(config, draft_model, target, store), model, config.suffix)
 
 
-def auto_drafter(config, draft_model, target, store=None):
-    """Each step, the source and γ with the most expected tokens per unit of this machine's time."""
+def auto_costs(target_model, draft_model, gamma: int) -> auto.CostModel:
+    """This machine's step costs for the pair (measured once, then read from the user cache)."""
     from specdemo import env
 
-    model = chain_for(draft_model).drafter(config, draft_model, target) if draft_model is not None else None
     cost_file = Path(env.get("SPECDEMO_CACHE_DIR")).expanduser() / "auto_costs.json"
-    cost = auto.measure_costs(target.model, draft_model, config.gamma, cost_file)
+    return auto.measure_costs(target_model, draft_model, gamma, cost_file)
+
+
+def auto_drafter(config, draft_model, target, store=None):
+    """Each step, the source and γ with the most expected tokens per unit of this machine's time."""
+    model = chain_for(draft_model).drafter(config, draft_model, target) if draft_model is not None else None
+    cost = auto_costs(target.model, draft_model, config.gamma)
     return auto.AutoDrafter(
         cost, prompt_lookup_drafter(config, draft_model, target), suffix_drafter(config, draft_model, target, store),
         model,
@@ -308,6 +316,9 @@ AUTO = register(
         drafts="any",
         gamma=auto.MOST,
         drafter=auto_drafter,
+        prepare=auto_costs,
+        start=True,
+        start_gammas=(auto.MOST,),
         bench=True,
     )
 )

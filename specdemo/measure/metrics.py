@@ -93,3 +93,17 @@ def step_jitter(steps: Sequence) -> float | None:
     if len(times) < 5 or times[len(times) // 2] <= 0:
         return None
     return times[int(0.9 * (len(times) - 1))] / times[len(times) // 2]
+
+
+def choice_shares(steps: Sequence) -> dict[str, float]:
+    """auto: the share of the emitted tokens made by the steps that drafted from each source (``LABELS``'
+    words; a plain step's token counts for "no draft"). Empty where no step carries a choice."""
+    from specdemo.decoding.auto import LABELS
+
+    made: dict[str, int] = {}
+    for s in steps:
+        if s.draft_choice:
+            label = LABELS[s.draft_choice["source"]]
+            made[label] = made.get(label, 0) + len(s.emitted)
+    total = sum(made.values())
+    return {label: n / total for label, n in sorted(made.items(), key=lambda kv: -kv[1])} if total else {}

@@ -11,6 +11,7 @@ from specdemo.measure.divergence import explain, first_difference
 from specdemo.measure.metrics import (
     acceptance_per_position,
     acceptance_rate,
+    choice_shares,
     mean_accepted_tokens,
     steady_speedup,
     step_jitter,
@@ -97,6 +98,8 @@ class RaceState:
                 "target_forwards_saved": spec_tokens - len(spec),
             }
             out["alpha_per_position"] = acceptance_per_position(spec)  # [] for a tree: no positions
+            if shares := choice_shares(spec):  # auto: where its tokens came from
+                out["choice_shares"] = shares
             if self.server_counters is not None and self.about.both_on_vllm:  # its stream never shows rejections
                 out["acceptance_rate"] = self.server_counters["acceptance_rate"]
                 out["alpha_per_position"] = self.server_counters["alpha_per_position"]

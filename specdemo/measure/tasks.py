@@ -11,6 +11,7 @@ taking turns with it prompt by prompt (so the machine's drift lands on all of a 
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -51,14 +52,18 @@ GROUNDED = ("code-edit", "rewrite", "extract")  # tasks whose answers copy the p
 REPEATED = "chat-again"  # the chat prompts asked a second time: only suffix decoding remembers
 
 
-def load_tasks(folder: Path = TASKS_DIR, names: list[str] | None = None) -> dict[str, list]:
-    """{task: [prompt text | chat messages]} from ``folder/*.jsonl`` (all, or ``names``)."""
+# a setting chosen on some prompts is reported on others: each task's prompts in two halves, alternating
+SPLITS = {"all": slice(None), "tune": slice(0, None, 2), "held-out": slice(1, None, 2)}
+
+
+def load_tasks(folder: Path = TASKS_DIR, names: list[str] | None = None, split: str = "all") -> dict[str, list]:
+    """{task: [prompt text | chat messages]} from ``folder/*.jsonl`` (all, or ``names``; a half by ``split``)."""
     tasks = {}
     for path in sorted(folder.glob("*.jsonl")):
         if names and path.stem not in names:
             continue
         entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        tasks[path.stem] = [e["messages"] if "messages" in e else e["prompt"] for e in entries]
+        tasks[path.stem] = [e["messages"] if "messages" in e else e["prompt"] for e in entries][SPLITS[split]]
     return tasks
 
 
@@ -122,6 +127,9 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
         rows.extend(method_row(task, row.engine, row, baseline) for row in measured)
         best[task] = max((r for r in rows if r["task"] == task), key=lambda r: r["speedup"])["method"]
 
+    for draft, gamma, engine_method in drafters.values():  # start-up work is not a generation's time
+        if prepare := registry.get(engine_method).prepare:
+            prepare(target, draft, gamma)
     for task, prompts in tasks.items():
         for store in stores.values():
             store.reset()
@@ -130,6 +138,37 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
             measure(REPEATED, prompts, suffix_methods)
     bar.close()
     return {"rows": rows, "best": best, "max_new_tokens": max_new_tokens, "seconds": time.perf_counter() - started}
+
+
+# auto's targets against the fixed methods of the same run (issue 52): never below the baseline, near the
+# per-task best, and above the best single fixed method on average
+FLOOR, NEAR_BEST, OVER_FIXED = 1.00, 0.95, 1.05
+
+
+def auto_targets(result: dict, chooser: str = registry.AUTO.name) -> dict:
+    """``chooser`` task by task against the fixed methods raced beside it: its speedup, the best fixed one's
+    (the per-task oracle) and their ratio; its mean over the tasks every method ran against each fixed
+    method's mean. ``met``: each target, true or false."""
+    by = {(r["task"], r["method"]): r["speedup"] for r in result["rows"]}
+    fixed = [m for m in dict.fromkeys(r["method"] for r in result["rows"]) if m != chooser]
+    rows = []
+    for task in result["best"]:
+        raced = [m for m in fixed if (task, m) in by]
+        if (task, chooser) not in by or not raced:  # chat-again without a fixed method that keeps a store
+            continue
+        oracle = max(raced, key=lambda m: by[(task, m)])
+        ours, best = by[(task, chooser)], by[(task, oracle)]
+        rows.append({"task": task, "auto": ours, "best_fixed": oracle, "best": best, "of_best": ours / best})
+    shared = [r["task"] for r in rows if all((r["task"], m) in by for m in fixed)]  # not chat-again
+    means = {m: statistics.mean(by[(t, m)] for t in shared) for m in [chooser, *fixed]}
+    best_fixed = max(fixed, key=means.get)
+    met = {
+        f"every task ≥ {FLOOR:.2f}×": all(r["auto"] >= FLOOR for r in rows),
+        f"every task ≥ {NEAR_BEST:.2f} of its best fixed method": all(r["of_best"] >= NEAR_BEST for r in rows),
+        f"mean ≥ {OVER_FIXED:.2f} × the best fixed method's": means[chooser] >= OVER_FIXED * means[best_fixed],
+    }
+    return {"tasks": rows, "means": means, "best_fixed": best_fixed, "over_fixed": means[chooser] / means[best_fixed],
+            "met": met}  # fmt: skip
 
 
 def format_tasks(result: dict) -> str:
@@ -150,6 +189,15 @@ def format_tasks(result: dict) -> str:
         lines.append(f"(the table took {result['seconds'] / 60:.1f} minutes)")
     if REPEATED in result["best"]:
         lines.append(f"({REPEATED}: the chat prompts asked again in the same process, suffix decoding's store kept)")
+    if any(r["method"] == registry.AUTO.name for r in result["rows"]) and len(result["rows"]) > len(result["best"]):
+        t = auto_targets(result)
+        lines.append(
+            f"auto: mean {t['means'][registry.AUTO.name]:.2f}x, {t['over_fixed']:.2f} × the best fixed method's "
+            f"({t['best_fixed']}, {t['means'][t['best_fixed']]:.2f}x); lowest "
+            f"{min(r['auto'] for r in t['tasks']):.2f}x, lowest share of a task's best "
+            f"{min(r['of_best'] for r in t['tasks']):.2f}"
+        )
+        lines += [f"  {'met' if ok else 'MISSED'}: {name}" for name, ok in t["met"].items()]
     return "\n".join(lines)
 
 

@@ -161,6 +161,37 @@ def tokens_html(spans: Iterable[dict], greedy: bool = True, prompt: str = "") ->
     return '<div class="tokens" style="white-space:pre-wrap;line-height:1.9">' + "".join(parts) + "</div>"
 
 
+# auto's sources in the lane under the speculative pane: a colour each (the no-draft step grey)
+CHOICE_COLOURS = {"none": "#d0d0d0", "prompt": "#9ecae1", "suffix": "#c6a0e0", "model": "#fdae6b"}
+
+
+def choices_html(steps: Sequence) -> str:
+    """auto's lane: one chip per step, the source's colour and γ, its reason on hover ("" for other methods)."""
+    from specdemo.decoding.auto import LABELS
+
+    chips = []
+    for s in steps:
+        if not s.draft_choice:
+            continue
+        c = s.draft_choice
+        title = html.escape(f"step {s.index}: {c['reason']}", quote=True)
+        chips.append(
+            f'<span class="choice choice-{c["source"]}" style="background:{CHOICE_COLOURS[c["source"]]}" '
+            f'title="{title}">{c["gamma"]}</span>'
+        )
+    if not chips:
+        return ""
+    key = " ".join(
+        f'<span class="choice" style="background:{colour}">{html.escape(LABELS[source])}</span>'
+        for source, colour in CHOICE_COLOURS.items()
+    )
+    return (
+        f'<div class="choices"><small>auto\'s choice each step (γ drafted; hover for why): {key}</small><br>'
+        + "".join(chips)
+        + "</div>"
+    )
+
+
 def legend_html(kinds: Sequence[str] = ("accepted", "rejected", "correction", "bonus"), compact: bool = False) -> str:
     """The colours and what each means; ``compact``: one line of chips, each meaning on hover."""
     items = []
@@ -233,6 +264,15 @@ def summary_html(summary: dict, greedy: bool, lossless: bool) -> str:
                     "α by position",
                     " / ".join(f"{a:.0%}" for a in positions[:6]),
                     "share kept at draft position 1, 2, … (of those reached: the ones before were kept)",
+                )
+            )
+        if shares := summary.get("choice_shares"):
+            rows.append(
+                (
+                    "auto drafted from",
+                    " · ".join(f"{label} {share:.0%}" for label, share in shares.items()),
+                    "the share of the tokens made by the steps that drafted from each (auto chooses every step: "
+                    "the lane under the pane)",
                 )
             )
         rows += [
@@ -363,9 +403,10 @@ def step_table_html(step, decode, greedy: bool) -> str:
         rule = TREE_RULE + "; if all are refused, the token is drawn from p′ (the min(1, p/q) column does not apply)"
     else:
         rule = "kept when u < min(1, p(x)/q(x)); the first refusal ends the step"
+    choice = f"<p class='choice'>auto chose {html.escape(step.draft_choice['reason'])}</p>" if step.draft_choice else ""
     return (
         f"<p><b>Step {step.index}</b>: {len(step.drafted)} drafted, {step.accepted} accepted; {tail}. "
-        f"<i>{rule}</i></p><table class='inspector'>{head}{''.join(rows)}</table>"
+        f"<i>{rule}</i></p>{choice}<table class='inspector'>{head}{''.join(rows)}</table>"
     )
 
 
