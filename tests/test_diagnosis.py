@@ -107,3 +107,33 @@ def test_advice_to_draft_less_only_where_the_run_has_something_to_shorten():
     assert "shorter γ" not in as_tree["text"] and "smaller tree" in as_tree["text"]  # a tree's size is not γ
     costly = limited_by(baseline(), speculative(30, 1, [1, 1, 0], draft_s=0.02 * T_T, verify_ratio=2.6))
     assert costly["term"] == "verify cost" and "shorter γ" not in costly["text"]
+
+
+def auto_steps(n: int, drafting: int) -> list[Step]:
+    """auto's records: ``drafting`` of n steps draft 1 token from the draft model (kept every third time), the
+    rest choose γ 0, each with its reason."""
+    from specdemo.decoding.auto import NONE
+
+    steps = []
+    for i in range(n):
+        if i < drafting:
+            kept = int(i % 3 == 0)
+            reason = "γ 1 from draft model: expected 1.40 tokens for 1.30 steps"
+            choice = {"source": "model", "gamma": 1, "reason": reason}
+            steps.append(Step(i, drafted=[7], accepted=kept, emitted=[7] * (kept + 1), draft_s=0.3 * T_T,
+                              verify_s=1.1 * T_T, draft_choice=choice))  # fmt: skip
+        else:
+            choice = {"source": NONE, "gamma": 0, "reason": "γ 0 (no draft): 1.00 tokens for 1.00 steps"}
+            steps.append(Step(i, emitted=[7], verify_s=T_T, draft_choice=choice))
+    return steps
+
+
+def test_auto_is_explained_by_its_own_choices_a_run_that_never_drafted_included():
+    never = limited_by(baseline(), auto_steps(40, 0), "auto", speedup=0.98)
+    assert never["term"] == "auto" and "drafted on 0 of its 40 steps" in never["text"]
+    assert "no draft 100%" in never["text"] and never["text"].endswith("γ 0 (no draft): 1.00 tokens for 1.00 steps.")
+    some = limited_by(baseline(), auto_steps(40, 20), "auto", speedup=1.02)
+    assert "drafted on 20 of its 40 steps" in some["text"] and "held back by acceptance (α 35%)" in some["text"]
+    # the control: the same records under a fixed method get the fixed method's analysis, and a fast auto run none
+    assert limited_by(baseline(), auto_steps(40, 20), "draft", speedup=1.02)["term"] == "acceptance"
+    assert limited_by(baseline(), auto_steps(40, 0), "auto", speedup=1.3) is None

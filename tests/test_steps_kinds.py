@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import llama, perturbed
 
+from specdemo.decoding import auto
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, eos_ids, run_all
 from specdemo.decoding.kv import CachedLM
 from specdemo.decoding.sampling import SamplingConfig
@@ -18,6 +19,8 @@ from specdemo.errors import InputError
 
 PROMPTS = ([1, 5, 7, 9, 11], [3, 3, 3, 40, 41, 42, 3, 3, 40, 41], [7] * 20)
 METHODS = ["draft", "prompt-lookup", "suffix", "hybrid", "tree", "suffix-tree"]
+# auto's costs where drafting pays (a GPU-like flat verify): it drafts from every source, not only γ 0
+FLAT = auto.CostModel([1.0] + [1.01] * 8, {"model": 0.05})
 
 
 @pytest.fixture(scope="module")
@@ -88,15 +91,20 @@ def test_an_unknown_kind_of_step_is_refused_in_one_line(pair):
         race(target, draft, PROMPTS[0], "draft", "graphs")
 
 
-def test_compiled_steps_give_the_same_tokens(pair):
+@pytest.mark.parametrize("method", ["draft", "auto"])
+def test_compiled_steps_give_the_same_tokens(pair, method, monkeypatch):
     """torch.compile of the short steps (inductor on a CPU): fused kernels may sum in another order, so
-    the check is against the baseline on the same compiled steps and against generate()."""
+    the check is against the baseline on the same compiled steps and against generate(). auto takes
+    every chain its sources propose through the same captured verify shapes."""
+    monkeypatch.setattr(auto, "measure_costs", lambda *a, **k: FLAT)
     target, draft = pair
     prompt = PROMPTS[1]
     cfg = DecodeConfig(max_new_tokens=16, gamma=2, steps="compiled")
     base = run_all(baseline_steps(target, prompt, cfg, eos_ids(target)))
-    spec = run_all(decode_steps(target, draft, prompt, replace(cfg, method="draft"), eos_ids(target)))
+    spec = run_all(decode_steps(target, draft, prompt, replace(cfg, method=method), eos_ids(target)))
     assert spec.token_ids == base.token_ids == generate(target, prompt, 16)
+    if method == "auto":
+        assert {s.draft_choice["source"] for s in spec.steps} - {auto.NONE}  # it drafted
 
 
 def test_steps_compiled_ahead_of_time_give_the_same_tokens(pair, monkeypatch):
@@ -109,7 +117,8 @@ def test_steps_compiled_ahead_of_time_give_the_same_tokens(pair, monkeypatch):
     ran = []
     real_run = aot.run
     monkeypatch.setattr(aot, "run", lambda model, *args: ran.append(model) or real_run(model, *args))
-    for method in ("draft", "prompt-lookup", "suffix", "hybrid"):
+    monkeypatch.setattr(auto, "measure_costs", lambda *a, **k: FLAT)
+    for method in ("draft", "prompt-lookup", "suffix", "hybrid", "auto"):
         for prompt in PROMPTS:
             cfg = DecodeConfig(max_new_tokens=24, gamma=3, method=method, steps="aot")
             base = run_all(baseline_steps(target, prompt, cfg, eos_ids(target)))

@@ -5,10 +5,13 @@ matching), then picks the (source, k) with the most expected tokens per unit of 
 
     E(s, k)    = 1 + Σ_{i=1..k} Π_{j=1..i} â_s,j          (the kept drafts, plus the target's own token)
     cost(s, k) = t_v(1+k)/t_t + k·c_s                     (in target steps; k = 0 is a plain step: E = cost = 1)
-    â_s,j      = (kept + 1)/(tried + 2) + κ/sqrt(1 + tried)          (optimism; counts decay by λ per step)
+    â_s,b,j    = (kept + m·p̄_s,j)/(tried + m) + κ/sqrt(1 + tried + T_s,j)   (counts decay by λ per step)
+    p̄_s,j      = (K_s,j + 1)/(T_s,j + 2)                          (the source's pooled rate: its buckets' prior)
 
-where â_s,j is source s's chance of keeping position j given positions < j were kept, per signal bucket (the
-suffix match's length, prompt lookup's n-gram size). The decay lets a source that was
+where â_s,b,j is source s's chance of keeping position j given positions < j were kept, in signal bucket b (the
+suffix match's length, prompt lookup's n-gram size), and K, T are the source's counts over all its buckets: a
+source refused in one bucket is doubted in the others, and a bucket's own counts take over after m tries.
+The decay lets a source that was
 switched off come back: its counts shrink, its bonus grows, and it is tried again (optimism in the face of
 uncertainty, as UCB). The choice reads only the past, so the proposal's q is the q it was drawn with and the
 rule (``engine.verify_draft``) keeps sampling lossless. The token tree is not among the sources: it is another
@@ -17,6 +20,7 @@ kind of step (``tree.py``), not a chain this loop verifies.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import platform
@@ -27,11 +31,12 @@ from pathlib import Path
 
 from specdemo.decoding.drafters import Draft
 from specdemo.decoding.kv import CachedLM, synchronize
-from specdemo.decoding.sampling import SamplingConfig
+from specdemo.decoding.sampling import SamplingConfig, to_probs
 
 NONE = "none"  # the choice not to draft: a plain target step
 DECAY = 0.97  # λ: a count seen 33 steps ago weighs 1/e
 OPTIMISM = 0.15  # κ: an untried position counts as 0.5 + 0.15 (a probe about every 60 steps of disuse)
+PRIOR_WEIGHT = 2.0  # m: tries of a bucket's own before they outweigh the source's pooled rate
 MOST = 6  # auto's γ where none is chosen: the most tokens it may draft (it chooses fewer, 0 included)
 LABELS = {NONE: "no draft", "prompt": "prompt lookup", "suffix": "suffix store", "model": "draft model"}
 
@@ -51,26 +56,35 @@ class CostModel:
 
 @dataclass
 class Acceptance:
-    """Decayed counts of kept / tried drafts per (source, bucket, position)."""
+    """Decayed counts of kept / tried drafts per (source, bucket, position), and pooled per (source, position)."""
 
     kept: dict = field(default_factory=dict)
     tried: dict = field(default_factory=dict)
+    pooled_kept: dict = field(default_factory=dict)
+    pooled_tried: dict = field(default_factory=dict)
     steps: int = 0
 
     def rate(self, key: tuple, position: int) -> float:
+        source = key[0]
+        pooled_tried = self.pooled_tried.get((source, position), 0.0)
+        prior = (self.pooled_kept.get((source, position), 0.0) + 1) / (pooled_tried + 2)
         kept, tried = self.kept.get((*key, position), 0.0), self.tried.get((*key, position), 0.0)
-        bonus = OPTIMISM / math.sqrt(1 + tried)
-        return min(1.0, (kept + 1) / (tried + 2) + bonus)
+        bonus = OPTIMISM / math.sqrt(1 + tried + pooled_tried)
+        return min(1.0, (kept + PRIOR_WEIGHT * prior) / (tried + PRIOR_WEIGHT) + bonus)
 
     def learn(self, key: tuple, drafted: int, accepted: int) -> None:
         self.steps += 1
-        for table in (self.kept, self.tried):
+        for table in (self.kept, self.tried, self.pooled_kept, self.pooled_tried):
             for k in table:
                 table[k] *= DECAY
         # positions 1..accepted were kept; position accepted+1 was tried and refused; later ones never tested
         for j in range(1, min(drafted, accepted + 1) + 1):
-            self.tried[(*key, j)] = self.tried.get((*key, j), 0.0) + 1
-            self.kept[(*key, j)] = self.kept.get((*key, j), 0.0) + (j <= accepted)
+            for kept, tried, at in (
+                (self.kept, self.tried, (*key, j)),
+                (self.pooled_kept, self.pooled_tried, (key[0], j)),
+            ):
+                tried[at] = tried.get(at, 0.0) + 1
+                kept[at] = kept.get(at, 0.0) + (j <= accepted)
 
     def expected(self, key: tuple, k: int) -> float:
         total, alive = 1.0, 1.0
@@ -166,25 +180,29 @@ def model_name(model) -> str | None:
 def cost_key(target_model, draft_model, most: int) -> str:
     """This machine and pair (a model without a name, built in a test, by its identity in this process)."""
     name = lambda m: model_name(m) or f"unnamed-{id(m)}"  # noqa: E731
-    return f"{platform.machine()} {platform.processor()} | {name(target_model)} + {name(draft_model)} | k≤{most}"
+    pair = f"{name(target_model)} + {name(draft_model)}"
+    return f"{platform.machine()} {platform.processor()} | {pair} | k≤{most} | {CONTEXT} cached"
 
 
-def step_seconds(lm: CachedLM, new: int, repeats: int = 3) -> float:
-    """Median time of one forward of ``new`` tokens after a 32-token context (the cache rolled back after)."""
-    times = []
-    for _ in range(repeats):
-        synchronize(lm.device)
-        start = time.perf_counter()
-        lm.forward(list(range(1, new + 1)), keep=new)
-        synchronize(lm.device)
-        times.append(time.perf_counter() - start)
-        lm.rollback_to(32)
-    return statistics.median(times)
+CONTEXT = 128  # tokens cached before a timed step: a chat prompt and part of its answer (attention grows with it)
+ROUNDS = 7  # interleaved rounds: every k timed once a round, so a machine's drift slows every k alike
+
+
+def step_seconds(lm: CachedLM, new: int) -> float:
+    """One step as the engine takes it: a forward of ``new`` tokens, their probabilities and argmax (the
+    acceptance rule's work), the cache rolled back after."""
+    synchronize(lm.device)
+    start = time.perf_counter()
+    to_probs(lm.forward(list(range(1, new + 1)), keep=new), SamplingConfig()).argmax(-1).tolist()
+    synchronize(lm.device)
+    seconds = time.perf_counter() - start
+    lm.rollback_to(CONTEXT)
+    return seconds
 
 
 def measure_costs(target_model, draft_model, most: int, cache_file: Path | None = None) -> CostModel:
-    """t_v(1+k)/t_t for k ≤ ``most`` and c of a draft step, on eager steps (a second or two on a CPU; once per
-    process, and once per machine with ``cache_file``)."""
+    """t_v(1+k)/t_t for k ≤ ``most`` and c of a draft step, on eager steps after a CONTEXT-token cache (a second
+    or two on a CPU; once per process, and once per machine with ``cache_file``)."""
     key = cost_key(target_model, draft_model, most)
     if not (model_name(target_model) and model_name(draft_model)):
         cache_file = None  # an unnamed pair's key holds only in this process
@@ -195,17 +213,23 @@ def measure_costs(target_model, draft_model, most: int, cache_file: Path | None 
         _MEASURED[key] = CostModel(**stored[key])
         return _MEASURED[key]
     started = time.perf_counter()
-    target = CachedLM(target_model)
-    target.forward(list(range(1, 33)))
-    step_seconds(target, 1, 1)  # warm-up
-    t_t = step_seconds(target, 1, 5)
-    verify = [1.0] + [step_seconds(target, 1 + k) / t_t for k in range(1, most + 1)]
-    draft = {}
+    lms = {"target": CachedLM(target_model)}
     if draft_model is not None and hasattr(draft_model, "config"):
-        lm = CachedLM(draft_model)
-        lm.forward(list(range(1, 33)))
-        step_seconds(lm, 1, 1)
-        draft["model"] = step_seconds(lm, 1, 5) / t_t
+        lms["model"] = CachedLM(draft_model)
+    shapes = [("target", 1 + k) for k in range(most + 1)] + [(name, 1) for name in lms if name != "target"]
+    for lm in lms.values():
+        lm.forward(list(range(1, CONTEXT + 1)))
+    for name, new in shapes:  # warm-up: a new shape's first call pays allocation
+        step_seconds(lms[name], new)
+    times = {shape: [] for shape in shapes}
+    for round_ in range(ROUNDS):
+        for shape in shapes if round_ % 2 == 0 else shapes[::-1]:
+            times[shape].append(step_seconds(lms[shape[0]], shape[1]))
+    median = {shape: statistics.median(t) for shape, t in times.items()}
+    t_t = median[("target", 1)]
+    measured = [median[("target", 1 + k)] / t_t for k in range(most + 1)]
+    verify = list(itertools.accumulate(measured, max))  # more tokens never cost less: a dip is noise
+    draft = {name: median[(name, 1)] / t_t for name in lms if name != "target"}
     where = f"measured at start-up in {time.perf_counter() - started:.1f} s ({key})"
     _MEASURED[key] = CostModel(verify, draft, where)
     if cache_file:

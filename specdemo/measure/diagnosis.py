@@ -23,7 +23,13 @@ import statistics
 from collections.abc import Sequence
 
 from specdemo.decoding import methods
-from specdemo.measure.metrics import acceptance_per_position, acceptance_rate, mean_accepted_tokens, tokens_per_second
+from specdemo.measure.metrics import (
+    acceptance_per_position,
+    acceptance_rate,
+    choice_shares,
+    mean_accepted_tokens,
+    tokens_per_second,
+)
 
 SLOW = 1.15  # below this measured speedup the summary says why
 GOOD = {"acceptance": 0.6, "draft cost": 0.25, "verify cost": 1.2}
@@ -125,13 +131,35 @@ def explain_noise(t: dict) -> str:
     )
 
 
+def explain_auto(speculative: Sequence, speedup: float, held_back: str = "") -> str:
+    """auto's own numbers: on how many steps it drafted and from where, and the reason of its last choice (the
+    expected tokens and the cost it weighed, from the costs measured at start-up)."""
+    chosen = [s.draft_choice for s in speculative if s.draft_choice]
+    drafted = sum(1 for c in chosen if c["gamma"])
+    shares = ", ".join(f"{label} {share:.0%}" for label, share in choice_shares(speculative).items())
+    text = (
+        f"{speedup:.2f}×: auto drafted on {drafted} of its {len(chosen)} steps (tokens by source: {shares}). It "
+        "drafts only where the tokens it expects beat the cost of the wider step on this machine; its last "
+        f"choice was {chosen[-1]['reason']}."
+    )
+    return text + (f" Where it drafted, it was held back by {held_back}." if held_back else "")
+
+
 def limited_by(
     baseline: Sequence, speculative: Sequence, method: str = methods.DRAFT.name, speedup: float | None = None
 ) -> dict | None:
     """When a run's measured speedup is below SLOW: {term, text, terms}; when a run that kept nothing
     shows one at or above it: the same, term "noise"; otherwise None.
-    ``speedup``: the run's wall-clock speedup where the caller has one (else from the step clocks)."""
+    ``speedup``: the run's wall-clock speedup where the caller has one (else from the step clocks).
+    auto's runs are explained by its own choices (term "auto"), a run that never drafted included."""
     terms = run_terms(baseline, speculative)
+    chooses = method == methods.AUTO.name and any(s.draft_choice for s in speculative)
+    if terms is None and chooses and baseline:
+        base_tps = tokens_per_second(baseline)
+        measured = speedup if speedup is not None else tokens_per_second(speculative) / base_tps if base_tps else 0.0
+        if measured >= SLOW:
+            return None
+        return {"term": "auto", "text": explain_auto(speculative, measured), "terms": {"speedup": measured}}
     if terms is None:
         return None
     if speedup is not None:
@@ -144,4 +172,11 @@ def limited_by(
     term = max(past, key=past.get)
     if past[term] <= 0:
         term = "overheads"
+    if chooses:
+        held = {
+            "acceptance": f"acceptance (α {terms['alpha']:.0%})",
+            "draft cost": f"the draft's cost (c = {terms['c']:.2f})",
+            "verify cost": f"the verify's cost ({terms['verify_ratio']:.2f} steps)",
+        }
+        return {"term": "auto", "text": explain_auto(speculative, terms["speedup"], held.get(term, "")), "terms": terms}
     return {"term": term, "text": explain_term(term, terms, method), "terms": terms}
