@@ -17,7 +17,11 @@ os.environ.setdefault("SPECDEMO_PRESET", "bundled-tinystories")
 
 @pytest.fixture(autouse=True)
 def two_threads():
-    """The app picks its own thread count (configure_cpu_threads); give every test the same two."""
+    """The app picks its own thread count (configure_cpu_threads); give every test the same two, and none of
+    auto's counts from an earlier test (a process's requests share them)."""
+    from specdemo.decoding import auto
+
+    auto.forget()
     yield
     torch.set_num_threads(2)
 

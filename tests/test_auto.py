@@ -80,6 +80,20 @@ def test_auto_learns_what_was_kept_from_how_the_text_went_on():
     assert drafter.acceptance.kept[("model", 0, 3)] == 0
 
 
+def test_a_request_starts_from_what_the_earlier_ones_kept(tiny_pair, monkeypatch):
+    """The counts are the process's, per pair, as the suffix store's answers are; forgetting them starts afresh."""
+    target, draft = tiny_pair
+    monkeypatch.setattr(auto, "measure_costs", lambda *a, **k: GPU)
+    cfg = DecodeConfig(max_new_tokens=30, gamma=6, method="auto")
+    first = lambda: next(engine.speculative_steps(target, draft, PROMPTS[0], cfg)).draft_choice  # noqa: E731
+    fresh = first()
+    run_all(engine.speculative_steps(target, draft, PROMPTS[1], cfg))
+    assert auto.shared_acceptance(auto.pair_name(target, draft)).steps > 1
+    assert first()["reason"] != fresh["reason"]  # the same first step, other expectations
+    auto.forget()
+    assert first() == fresh
+
+
 @pytest.mark.parametrize("steps", ["eager", "static"])
 def test_greedy_auto_is_token_identical_to_generate(tiny_pair, steps, monkeypatch):
     """Every source it can take, at every γ: costs that make each choice happen (flat: it drafts; steep: it
@@ -106,6 +120,7 @@ def test_the_start_up_measurement_is_short_and_cached(tmp_path, llama_pair):
 
 
 MODEL_ONLY = CostModel(GPU.verify, {"model": 0.05, "prompt": 5.0, "suffix": 5.0})  # the model's q, every step
+FREE = CostModel([1.0] * 7, {"model": 0.0, "prompt": 5.0, "suffix": 5.0})  # every token the model can draft, always
 AUTO_CASES = [
     # the #32867 class: q must be the distribution the draft was drawn from, after temperature / top-k / top-p
     ("far", MODEL_ONLY, SamplingConfig(temperature=0.8, top_k=5, top_p=0.9, seed=21)),
@@ -130,7 +145,8 @@ def test_the_chi2_check_catches_auto_with_a_q_that_is_not_the_sampled_one(monkey
     """The control, the #32867 bug class: the draft drawn from one distribution, the rule handed another q."""
     from specdemo.decoding.drafters import ModelDrafter
 
-    monkeypatch.setattr(auto, "measure_costs", lambda *a, **k: MODEL_ONLY)
+    # free drafts: the samples' refusals, which auto carries from one sample to the next, must not stop it drafting
+    monkeypatch.setattr(auto, "measure_costs", lambda *a, **k: FREE)
     real = ModelDrafter.propose
 
     def flattened_q(self, *args):

@@ -15,7 +15,7 @@ from specdemo.app.settings import (
     own_method,
     prepare,
 )
-from specdemo.decoding import methods, suffix
+from specdemo.decoding import auto, methods, suffix
 from specdemo.decoding.methods import DEFAULT_SIDES
 from specdemo.decoding.steps import whole_numbers
 from specdemo.measure.bench import default_engines, run_bench, table_cells
@@ -145,6 +145,7 @@ def suffix_memory() -> str:
 def forget_answers() -> str:
     for store in suffix.shared_stores():
         store.reset()
+    auto.forget()  # auto's counts of what the store's proposals kept go with them
     return suffix_memory()
 
 

@@ -25,6 +25,7 @@ import json
 import math
 import platform
 import statistics
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -63,6 +64,7 @@ class Acceptance:
     pooled_kept: dict = field(default_factory=dict)
     pooled_tried: dict = field(default_factory=dict)
     steps: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)  # sessions share one
 
     def rate(self, key: tuple, position: int) -> float:
         source = key[0]
@@ -73,18 +75,19 @@ class Acceptance:
         return min(1.0, (kept + PRIOR_WEIGHT * prior) / (tried + PRIOR_WEIGHT) + bonus)
 
     def learn(self, key: tuple, drafted: int, accepted: int) -> None:
-        self.steps += 1
-        for table in (self.kept, self.tried, self.pooled_kept, self.pooled_tried):
-            for k in table:
-                table[k] *= DECAY
-        # positions 1..accepted were kept; position accepted+1 was tried and refused; later ones never tested
-        for j in range(1, min(drafted, accepted + 1) + 1):
-            for kept, tried, at in (
-                (self.kept, self.tried, (*key, j)),
-                (self.pooled_kept, self.pooled_tried, (key[0], j)),
-            ):
-                tried[at] = tried.get(at, 0.0) + 1
-                kept[at] = kept.get(at, 0.0) + (j <= accepted)
+        with self.lock:
+            self.steps += 1
+            for table in (self.kept, self.tried, self.pooled_kept, self.pooled_tried):
+                for k in table:
+                    table[k] *= DECAY
+            # positions 1..accepted were kept; position accepted+1 was tried and refused; later ones never tested
+            for j in range(1, min(drafted, accepted + 1) + 1):
+                for kept, tried, at in (
+                    (self.kept, self.tried, (*key, j)),
+                    (self.pooled_kept, self.pooled_tried, (key[0], j)),
+                ):
+                    tried[at] = tried.get(at, 0.0) + 1
+                    kept[at] = kept.get(at, 0.0) + (j <= accepted)
 
     def expected(self, key: tuple, k: int) -> float:
         total, alive = 1.0, 1.0
@@ -117,8 +120,8 @@ def choose(cost: CostModel, acceptance: Acceptance, offers: dict[str, tuple[int,
 class AutoDrafter:
     """Proposes from the source ``choose`` picks; learns what each kept from how the text went on."""
 
-    def __init__(self, cost: CostModel, prompt=None, suffix=None, model=None):
-        self.cost, self.acceptance = cost, Acceptance()
+    def __init__(self, cost: CostModel, prompt=None, suffix=None, model=None, acceptance: Acceptance | None = None):
+        self.cost, self.acceptance = cost, acceptance if acceptance is not None else Acceptance()
         self.sources = {name: d for name, d in (("prompt", prompt), ("suffix", suffix), ("model", model)) if d}
         self.last: tuple | None = None  # (key, drafted ids, len(tokens) when drafted)
 
@@ -168,6 +171,21 @@ class AutoDrafter:
                 d.close()
 
 
+# --- what each source kept, carried across a process's requests (as the suffix store carries their answers) ---
+
+_LEARNED: dict[str, Acceptance] = {}
+
+
+def shared_acceptance(pair: str) -> Acceptance:
+    """The process's counts for one pair: a request starts where the last one left off, not from the prior (a
+    48-token answer is ~35 steps, too few to learn in); the decay lets this request's text take over."""
+    return _LEARNED.setdefault(pair, Acceptance())
+
+
+def forget() -> None:
+    _LEARNED.clear()
+
+
 # --- the start-up measurement: t_v(1+k)/t_t and the draft's c on this machine, cached per machine and pair ---
 
 _MEASURED: dict[str, CostModel] = {}
@@ -177,10 +195,15 @@ def model_name(model) -> str | None:
     return getattr(getattr(model, "config", None), "_name_or_path", None) or None
 
 
-def cost_key(target_model, draft_model, most: int) -> str:
-    """This machine and pair (a model without a name, built in a test, by its identity in this process)."""
+def pair_name(target_model, draft_model) -> str:
+    """The pair (a model without a name, built in a test, by its identity in this process)."""
     name = lambda m: model_name(m) or f"unnamed-{id(m)}"  # noqa: E731
-    pair = f"{name(target_model)} + {name(draft_model)}"
+    return f"{name(target_model)} + {name(draft_model)}"
+
+
+def cost_key(target_model, draft_model, most: int) -> str:
+    """This machine and pair."""
+    pair = pair_name(target_model, draft_model)
     return f"{platform.machine()} {platform.processor()} | {pair} | k≤{most} | {CONTEXT} cached"
 
 

@@ -213,7 +213,7 @@ def auto_drafter(config, draft_model, target, store=None):
     cost = auto_costs(target.model, draft_model, config.gamma)
     return auto.AutoDrafter(
         cost, prompt_lookup_drafter(config, draft_model, target), suffix_drafter(config, draft_model, target, store),
-        model,
+        model, auto.shared_acceptance(auto.pair_name(target.model, draft_model)),
     )  # fmt: skip
 
 
