@@ -17,13 +17,17 @@ os.environ.setdefault("SPECDEMO_PRESET", "bundled-tinystories")
 
 @pytest.fixture(autouse=True)
 def two_threads():
-    """The app picks its own thread count (configure_cpu_threads); give every test the same two, and none of
-    auto's counts from an earlier test (a process's requests share them)."""
+    """The app picks its own thread count (configure_cpu_threads); give every test the same two."""
+    yield
+    torch.set_num_threads(2)
+
+
+@pytest.fixture(autouse=True)
+def no_counts_from_earlier_tests():
+    """A process's requests share auto's counts; a test starts from the prior, whatever ran before it."""
     from specdemo.decoding import auto
 
     auto.forget()
-    yield
-    torch.set_num_threads(2)
 
 
 def perturbed(model, scale: float, seed: int):

@@ -138,7 +138,8 @@ def suffix_memory() -> str:
         f"Suffix decoding remembers **{answers}** ({tokens} tokens, the last "
         f"{suffix.MAX_ANSWERS} per tokenizer at most), shared by everyone using this server: it proposes from them "
         "and from the prompt, so a question asked again is answered faster. Hover a drafted token to see where "
-        "its proposal was seen."
+        "its proposal was seen. *auto* remembers, the same way, how often each source's drafts were kept; "
+        "forgetting the answers forgets that too."
     )
 
 
