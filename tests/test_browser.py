@@ -498,6 +498,9 @@ def test_the_lesson_s_scenes_each_set_up_open_and_race_in_order(page):
             page.locator("#inspector").get_by_text("correction").first.wait_for(timeout=30_000)
         if scene.shows == "theory":
             assert card.inner_text().count("predicted") >= 2
+        if scene.shows == "choice":  # auto's lane: a chip per step, its reason on hover
+            chip = spec.locator(".choices .choice[title]").first
+            assert "expected" in chip.get_attribute("title")
         no_error_badge(page)
         page.screenshot(path=str(ARTIFACTS / f"lesson-{scene.key}.png"))
 

@@ -36,8 +36,22 @@ def test_a_doctored_table_is_caught():
         if row["task"] == "story":
             row["speedup"] = 1.1
     gpu = [g | {"high": 9.0} if g["preset"] == lesson.GPU_PAIRS[0] else g for g in lesson.gpu_predictions()]
-    found = " ".join(lesson.contradictions(table, gpu))
+    slow_auto = copy.deepcopy(lesson.auto_stored())
+    for row in slow_auto["rows"]:
+        if row["method"] == methods.AUTO.name:
+            row["speedup"] = 0.95
+    found = " ".join(lesson.contradictions(table, gpu, slow_auto))
     assert "rewrite: shown as a win" in found and "turn-off: shown as a loss" in found and "gpu:" in found
+    assert "choose: shown as the lesson's end, auto stored 0.95×" in found
+
+
+def test_the_lesson_ends_letting_auto_choose_on_the_seed_prompt_with_auto_s_held_out_figure():
+    last = lesson.SCENES[-1]
+    out = dict(zip(lesson_tab.SCENE_OUTPUTS, lesson_tab.start(last.key, [lesson.PRESET])))
+    assert last.key == "choose" and out["method_label"] == methods.AUTO.label and out["prompt"] == lesson.SEED_PROMPT
+    mean = lesson.auto_targets(lesson.auto_stored())["means"][methods.AUTO.name]
+    assert f"auto {mean:.2f}× the baseline on average" in out["scene_card"]["value"]
+    assert "held-out prompts" in out["scene_card"]["value"]
 
 
 def test_a_win_is_the_stored_best_and_the_loss_the_worst_model_free_method():
@@ -87,6 +101,8 @@ def test_every_stored_figure_a_card_shows_names_its_machine_and_date():
         assert "this CPU" not in card, scene.key
         if scene.shows in ("win", "loss", "refusal"):
             assert lesson.measured_on(stored) in card, scene.key
+    when = lesson.auto_stored()["machine"].split(", measured ")[-1]
+    assert f"(measured {when} on " in lesson_tab.card(lesson.scene("choose"), stored)
     gpu = lesson_tab.card(lesson.scene("gpu"), stored)
     assert f"{cpu['machine'].split(',')[0]}, **measured** {cpu['measured']}" in gpu
     assert lesson.measured_on(stored).startswith("measured 2026-12-02 on a 2 vCPU AMD EPYC")  # read, not typed

@@ -1,4 +1,4 @@
-"""The workshop's lesson: seven scenes, each one race (or one table) that teaches one thing, in the order a room
+"""The workshop's lesson: eight scenes, each one race (or one table) that teaches one thing, in the order a room
 takes them (docs/workshop.md's plan follows them).
 
 What a scene races and what it claims are read from the stored measurements, never typed: its method is the
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdemo.decoding import methods
-from specdemo.measure.tasks import REPEATED, load_tasks
+from specdemo.measure.tasks import REPEATED, auto_targets, load_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_PROMPT = "What is the purpose of life?"  # the seed script's prompt: the lesson starts where the project did
@@ -28,7 +28,7 @@ class Scene:
     look: str  # what to look at, two short sentences
     question: str  # one question for the attendee to answer
     # "win" / "loss": its task's stored speedup; "refusal": its stored acceptance; "difference": not lossless;
-    # "theory": no race, the step costs measured here beside the GPU's predicted
+    # "theory": no race, the step costs measured here beside the GPU's predicted; "choice": auto's stored table
     shows: str
     task: str | None = None  # the methods × tasks row its method and figure come from
     method: str | None = None  # a fixed method (else chosen from the task's stored row by ``shows``)
@@ -108,6 +108,17 @@ SCENES = (
         "theory",
         tab="Theory",
     ),
+    Scene(
+        "choose",
+        "Let it choose",
+        "auto picks each step where to draft from (nothing, the prompt, the suffix store, the draft model) and how "
+        "many tokens, from what a step costs on this machine and what each source has kept. The chips under the "
+        "right pane are its choices; hover one for its reason.",
+        "Where did it choose not to draft at all, and what does the reason say drafting would have cost there?",
+        "choice",
+        method=methods.AUTO.name,
+        prompt=SEED_PROMPT,
+    ),
 )
 
 
@@ -149,6 +160,14 @@ def prompt_of(s: Scene) -> str:
     return first if isinstance(first, str) else first[-1]["content"]
 
 
+AUTO_TABLE = "docs/results/auto_tasks.json"  # auto against the fixed methods, on the tasks' held-out prompts
+
+
+def auto_stored() -> dict:
+    """auto's table (``python -m specdemo bench --tasks --split held-out``, its command in ``report.SOURCES``)."""
+    return json.loads((ROOT / AUTO_TABLE).read_text(encoding="utf-8"))
+
+
 def race_settings(s: Scene, table: dict) -> dict | None:
     """{method, gamma, max_new_tokens, prompt} of the scene's race, as the table measured it (None: no race)."""
     method = chosen_method(s, table)
@@ -177,6 +196,16 @@ def claim(s: Scene, table: dict) -> str:
         return (
             "the step costs a CPU measured (stored), the GPU predicted by the cost model "
             "(no GPU was lent to measure it)"
+        )
+    if s.shows == "choice":
+        d = auto_stored()
+        t, where = auto_targets(d), d["machine"].split(", measured ")
+        lowest = min(t["tasks"], key=lambda r: r["auto"])
+        return (
+            f"stored: auto {t['means'][method]:.2f}× the baseline on average over {len(t['tasks'])} tasks' "
+            f"{d['split']} prompts, the best single fixed method ({t['best_fixed']}) "
+            f"{t['means'][t['best_fixed']]:.2f}×; its lowest task {lowest['task']} {lowest['auto']:.2f}× "
+            f"(measured {where[-1]} on {where[0]}); a single race varies around it"
         )
     row = stored_row(table, s.task, method)
     n = len(prompts_of(s.task))
@@ -226,13 +255,13 @@ def gpu_rows() -> list[list[str]]:
 
 GPU_HEADER = ["where", "pair", "one target step", "c (draft / target step)", "t_v/t_t (check γ+1 / one)", "speedup"]
 
-SOURCES = ("assets/tasks/smollm2-135m.json", "docs/results/steps_cpu.json", "docs/results/cost_model.json")
+SOURCES = ("assets/tasks/smollm2-135m.json", "docs/results/steps_cpu.json", "docs/results/cost_model.json", AUTO_TABLE)
 
 
-def contradictions(table: dict, gpu: list[dict] | None = None) -> list[str]:
+def contradictions(table: dict, gpu: list[dict] | None = None, auto_table: dict | None = None) -> list[str]:
     """The scenes whose words the stored figures do not bear out (none, for the scenes to be shown): a win must be
-    faster than the target alone, a loss slower, a refusal scene must have refusals, and the GPU scene's
-    question presumes the 3B pair predicted below the 14B."""
+    faster than the target alone, a loss slower, a refusal scene must have refusals, auto's scene must be faster
+    than the target on average, and the GPU scene's question presumes the 3B pair predicted below the 14B."""
     found = []
     for s in SCENES:
         method = chosen_method(s, table)
@@ -247,6 +276,8 @@ def contradictions(table: dict, gpu: list[dict] | None = None) -> list[str]:
             found.append(f"{s.key}: shown for a refusal, stored α {row['alpha']:.2f}")
         elif s.shows == "difference" and methods.get(method).lossless:
             found.append(f"{s.key}: shown as not lossless, {method} is")
+        elif s.shows == "choice" and (mean := auto_targets(auto_table or auto_stored())["means"][method]) <= 1:
+            found.append(f"{s.key}: shown as the lesson's end, auto stored {mean:.2f}× on average")
     small, large = (next((g for g in gpu or gpu_predictions() if g["preset"] == p), None) for p in GPU_PAIRS)
     if small is None or large is None or small["high"] >= large["low"]:
         found.append("gpu: the 3B pair is not predicted below the 14B on the same GPU")
