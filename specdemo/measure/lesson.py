@@ -202,7 +202,7 @@ def claim(s: Scene, table: dict) -> str:
         t, where = auto_targets(d), d["machine"].split(", measured ")
         lowest = min(t["tasks"], key=lambda r: r["auto"])
         return (
-            f"stored: auto {t['means'][method]:.2f}× the baseline on average over {len(t['tasks'])} tasks' "
+            f"stored: auto {t['means'][method]:.2f}× the baseline on average over {len(t['shared'])} tasks' "
             f"{d['split']} prompts, the best single fixed method ({t['best_fixed']}) "
             f"{t['means'][t['best_fixed']]:.2f}×; its lowest task {lowest['task']} {lowest['auto']:.2f}× "
             f"(measured {where[-1]} on {where[0]}); a single race varies around it"

@@ -167,8 +167,8 @@ def auto_targets(result: dict, chooser: str = registry.AUTO.name) -> dict:
         f"every task ≥ {NEAR_BEST:.2f} of its best fixed method": all(r["of_best"] >= NEAR_BEST for r in rows),
         f"mean ≥ {OVER_FIXED:.2f} × the best fixed method's": means[chooser] >= OVER_FIXED * means[best_fixed],
     }
-    return {"tasks": rows, "means": means, "best_fixed": best_fixed, "over_fixed": means[chooser] / means[best_fixed],
-            "met": met}  # fmt: skip
+    return {"tasks": rows, "shared": shared, "means": means, "best_fixed": best_fixed,
+            "over_fixed": means[chooser] / means[best_fixed], "met": met}  # fmt: skip
 
 
 def format_tasks(result: dict) -> str:
