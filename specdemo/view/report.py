@@ -31,9 +31,9 @@ SOURCES = {
         "python -m specdemo bench --preset bundled-tinystories --gammas 4 --max-new-tokens 64 --repeats 3 "
         "--engines specdemo-baseline,specdemo-speculative --out docs/results/bench_bundled.json"
     ),
-    "docs/results/auto_tasks.json": (
+    lesson.AUTO_TABLE: (
         "python -m specdemo bench --preset smollm2-135m --tasks --split held-out "
-        "--methods draft,prompt-lookup,suffix,hybrid,auto --max-new-tokens 48 --out docs/results/auto_tasks.json"
+        f"--methods draft,prompt-lookup,suffix,hybrid,auto --max-new-tokens 48 --out {lesson.AUTO_TABLE}"
     ),
     "docs/results/suffix_index.json": "python -m tools.suffix_index_compare --out docs/results/suffix_index.json",
     "docs/results/steps_cpu.json": "python -m tools.steps_compare --out docs/results/steps_cpu.json",
@@ -112,7 +112,7 @@ def tasks_table() -> str:
 
 def auto_table() -> str:
     """auto against the fixed methods on prompts none of them was chosen on (the tasks' held-out half)."""
-    d = load("docs/results/auto_tasks.json")
+    d = lesson.auto_stored()
     t = auto_targets(d)
     rows = [[r["task"], f"{r['auto']:.2f}×", f"{r['best_fixed']} {r['best']:.2f}×", f"{r['of_best']:.2f}"]
             for r in t["tasks"]]  # fmt: skip
@@ -124,7 +124,7 @@ def auto_table() -> str:
         f"**auto against the fixed methods, SmolLM2-135M on a CPU**, on the {d.get('split', 'all')} half of each "
         f"task's prompts (auto's constants were set before any task was raced; the fixed methods run at their own "
         f"γ), ≤ {d['max_new_tokens']} tokens, greedy, interleaved with the baseline prompt by prompt; "
-        f"{d['machine']}. Targets: {met}. {source('docs/results/auto_tasks.json')}\n\n"
+        f"{d['machine']}. Targets: {met}. {source(lesson.AUTO_TABLE)}\n\n"
         + table(["task", "auto", "best fixed method there", "auto ÷ best"], rows)
     )
 
@@ -356,15 +356,15 @@ def vllm_table() -> str:
 def held_out_start() -> str:
     """The race's start, chosen on the preset's example prompts, measured on prompts it was not chosen on: the
     tasks' held-out half (auto's table), with auto's figure beside it."""
-    start, d = load("assets/defaults/smollm2-135m.json"), load("docs/results/auto_tasks.json")
+    start, d = load("assets/defaults/smollm2-135m.json"), lesson.auto_stored()
     t = auto_targets(d)
     means, gamma = t["means"], d["gammas"].get(start["method"])
     if start["method"] not in means or gamma != start["gamma"]:  # the table raced another start: no figure of it
-        raise ValueError(f"docs/results/auto_tasks.json has no row of the start, {start['method']} γ {start['gamma']}")
+        raise ValueError(f"{lesson.AUTO_TABLE} has no row of the start, {start['method']} γ {start['gamma']}")
     return (
         f"**{means[start['method']]:.2f}×** its baseline with {start['method']}, γ {start['gamma']}, the race's start "
         f"(chosen on the preset's {start['prompts']} example prompts, there {start['ranked'][0]['speedup']:.2f}×; this "
-        f"figure: the mean over {len(t['shared'])} tasks of their held-out prompts, measured); auto "
+        f"figure: the mean over {len(t['shared'])} tasks of their {d['split']} prompts, measured); auto "
         f"{means[methods.AUTO.name]:.2f}× on the same prompts"
     )
 
@@ -376,7 +376,7 @@ def headline() -> str:
     lines = [
         "| preset | figure | from |",
         "|---|---|---|",
-        f"| `smollm2-135m` (CPU) | {held_out_start()} | `docs/results/auto_tasks.json` |",
+        f"| `smollm2-135m` (CPU) | {held_out_start()} | `{lesson.AUTO_TABLE}` |",
         f"| `bundled-tinystories` (CPU) | **{bundled['speedup_over_baseline']:.2f}×** its baseline with the draft "
         f"model, γ {bundled['gamma']} (measured) | `docs/results/bench_bundled.json` |",
     ]
