@@ -3,6 +3,8 @@ on every path it takes, and lossless sampling with its choices in play."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from test_engine import PROMPTS, reference
@@ -65,6 +67,25 @@ def test_acceptance_counts_follow_the_rule():
     a.learn(("model", 0), 4, 2)  # kept 2, the third refused, the fourth never tested
     assert a.tried == {("model", 0, 1): 1, ("model", 0, 2): 1, ("model", 0, 3): 1}
     assert a.kept == {("model", 0, 1): 1, ("model", 0, 2): 1, ("model", 0, 3): 0}
+
+
+def test_a_try_counts_once_and_a_bucket_borrows_only_the_others():
+    """A one-bucket source (the draft model) is Laplace's (kept + 1)/(tried + 2) plus the bonus: two refusals
+    do not write it off (its own counts are not its prior too); a new bucket starts from the others' rate."""
+    a = Acceptance()
+    for _ in range(2):
+        a.learn(("model", 0), 4, 0)
+    tried = 1 + auto.DECAY
+    assert a.rate(("model", 0), 1) == pytest.approx(1 / (tried + 2) + auto.OPTIMISM / math.sqrt(1 + tried))
+    b = Acceptance()
+    for _ in range(2):
+        b.learn(("suffix", 2), 4, 0)
+    others = (0 + 1) / (tried + 2)  # bucket 3 has no counts: its prior is bucket 2's
+    assert b.rate(("suffix", 3), 1) == pytest.approx(others + auto.OPTIMISM / math.sqrt(1 + tried))
+    assert b.rate(("suffix", 3), 1) < b.rate(("prompt", 3), 1)  # a refused source is doubted in new buckets
+    # positions 2..4 were never reached: they start from position 1's rate, not from a fresh source's 0.5
+    assert b.rate(("suffix", 2), 3) < b.rate(("suffix", 2), 1) + auto.OPTIMISM < 0.5
+    assert Acceptance().rate(("suffix", 2), 3) == pytest.approx(0.5 + auto.OPTIMISM)
 
 
 def test_auto_learns_what_was_kept_from_how_the_text_went_on():

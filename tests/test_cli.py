@@ -158,3 +158,16 @@ def test_generate_tree_method(tiny_folders):
     assert spec["token_ids"] == out["baseline"]["token_ids"]
     assert all(len(s["drafted"]) <= 9 for s in spec["steps"])
     assert spec["mean_accepted_tokens"] == pytest.approx(len(spec["token_ids"]) / spec["target_forwards"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "gamma"), [([], 1), (["--method", "auto"], 6), (["--method", "auto", "--gamma", "2"], 2)]
+)
+def test_a_method_without_gamma_gets_its_own_else_the_presets(flags, gamma):
+    """auto given the SmolLM2 preset's γ 1 could never draft two tokens: it keeps its own most."""
+    from specdemo.cli import build_parser
+    from specdemo.cli.common import decode_config
+    from specdemo.decoding import auto
+
+    args = build_parser().parse_args(["generate", "--preset", "smollm2-135m", "--prompt", "hi", *flags])
+    assert auto.MOST == 6 and decode_config(args).gamma == gamma

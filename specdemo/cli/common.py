@@ -87,8 +87,8 @@ def add_sampling_args(p):
 
 
 def decode_config(args) -> DecodeConfig:
-    if args.gamma is None:
-        args.gamma = PRESETS[args.preset].gamma
+    if args.gamma is None:  # the method's own γ (auto's most), else the preset's: as the app and bench choose
+        args.gamma = methods.get(getattr(args, "method", methods.DRAFT.name)).gamma or PRESETS[args.preset].gamma
     # a command without a flag gets DecodeConfig's own default for it (one home for each default)
     given = {
         name: getattr(args, name)

@@ -33,7 +33,9 @@ def add_parsers(sub) -> None:
         default=methods.DRAFT.name,
         help="; ".join(f"{n}: {methods.get(n).description}" for n in methods.names(on_engine=True)),
     )
-    gen.add_argument("--gamma", type=int, default=None, help="draft length (default: the preset's best γ)")
+    gen.add_argument(
+        "--gamma", type=int, default=None, help="draft length (default: the method's own, else the preset's best γ)"
+    )
     gen.add_argument("--schedule", choices=["constant", "heuristic"], default="constant")
     gen.add_argument("--min-confidence", type=float, default=0.0, help="draft-confidence stop (0 = off)")
     gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
@@ -49,7 +51,9 @@ def add_parsers(sub) -> None:
 
     smp = sub.add_parser("sample", help="M independent speculative samples")
     add_model_args(smp)
-    smp.add_argument("--gamma", type=int, default=None, help="draft length (default: the preset's best γ)")
+    smp.add_argument(
+        "--gamma", type=int, default=None, help="draft length (default: the method's own, else the preset's best γ)"
+    )
     smp.add_argument("--max-new-tokens", type=int, required=True)
     smp.add_argument("--samples", type=int, required=True)
     add_sampling_args(smp)

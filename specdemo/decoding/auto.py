@@ -5,12 +5,16 @@ matching), then picks the (source, k) with the most expected tokens per unit of 
 
     E(s, k)    = 1 + Σ_{i=1..k} Π_{j=1..i} â_s,j          (the kept drafts, plus the target's own token)
     cost(s, k) = t_v(1+k)/t_t + k·c_s                     (in target steps; k = 0 is a plain step: E = cost = 1)
-    â_s,b,j    = (kept + m·p̄_s,j)/(tried + m) + κ/sqrt(1 + tried + T_s,j)   (counts decay by λ per step)
-    p̄_s,j      = (K_s,j + 1)/(T_s,j + 2)                          (the source's pooled rate: its buckets' prior)
+    â_s,b,j    = (kept + m·p̄_s,b,j)/(tried + m) + κ/sqrt(1 + T_s,j)   (counts decay by λ per step)
+    p̄_s,b,j    = (K_s,j − kept + m·r_s,j−1)/(T_s,j − tried + m)  (the source's other buckets: this one's prior)
+    r_s,j      = (K_s,j + m·r_s,j−1)/(T_s,j + m),  r_s,0 = 0.5     (the source's rate, shrunk to the last position's)
 
 where â_s,b,j is source s's chance of keeping position j given positions < j were kept, in signal bucket b (the
 suffix match's length, prompt lookup's n-gram size), and K, T are the source's counts over all its buckets: a
-source refused in one bucket is doubted in the others, and a bucket's own counts take over after m tries.
+source refused in one bucket is doubted in the others, and a bucket's own counts take over after m tries. The
+prior leaves the bucket's own counts out, or each try would count twice (a one-bucket source, the draft model,
+would be written off after two refusals); with one bucket, â is Laplace's (kept + 1)/(tried + 2) plus the bonus.
+A position never reached starts from the position before's rate r, not from 0.5.
 The decay lets a source that was
 switched off come back: its counts shrink, its bonus grows, and it is tried again (optimism in the face of
 uncertainty, as UCB). The choice reads only the past, so the proposal's q is the q it was drawn with and the
@@ -66,12 +70,23 @@ class Acceptance:
     steps: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)  # sessions share one
 
+    def pooled(self, source: str, position: int) -> float:
+        """The source's rate over all its buckets, shrunk towards its rate one position earlier (0.5 before
+        the first): a source refused at position 1 is not trusted with a 0.5 at the positions never reached."""
+        if position == 0:
+            return 0.5
+        at, earlier = (source, position), PRIOR_WEIGHT * self.pooled(source, position - 1)
+        return (self.pooled_kept.get(at, 0.0) + earlier) / (self.pooled_tried.get(at, 0.0) + PRIOR_WEIGHT)
+
     def rate(self, key: tuple, position: int) -> float:
         source = key[0]
-        pooled_tried = self.pooled_tried.get((source, position), 0.0)
-        prior = (self.pooled_kept.get((source, position), 0.0) + 1) / (pooled_tried + 2)
         kept, tried = self.kept.get((*key, position), 0.0), self.tried.get((*key, position), 0.0)
-        bonus = OPTIMISM / math.sqrt(1 + tried + pooled_tried)
+        pooled_kept = self.pooled_kept.get((source, position), 0.0)
+        pooled_tried = self.pooled_tried.get((source, position), 0.0)
+        # the prior is the source's other buckets only: the bucket's own counts would count each try twice
+        earlier = PRIOR_WEIGHT * self.pooled(source, position - 1)
+        prior = (pooled_kept - kept + earlier) / (pooled_tried - tried + PRIOR_WEIGHT)
+        bonus = OPTIMISM / math.sqrt(1 + pooled_tried)
         return min(1.0, (kept + PRIOR_WEIGHT * prior) / (tried + PRIOR_WEIGHT) + bonus)
 
     def learn(self, key: tuple, drafted: int, accepted: int) -> None:
