@@ -252,3 +252,14 @@ def test_the_speedup_reads_each_sides_typical_step_and_says_when_the_summed_cloc
     assert "summed clocks" in summary_html(interfered, greedy=True, lossless=True)
     assert quiet["speedup"] == pytest.approx(quiet["summed_speedup"]) == pytest.approx(2.0)
     assert "summed clocks" not in summary_html(quiet, greedy=True, lossless=True)
+
+
+def test_why_no_speedup_quotes_the_headlines_figure():
+    """ "why no speedup?" reads the race's headline (each side's typical step), not the summed clocks: the
+    summary said 0.98× above a line that said 1.01× (a story raced with auto)."""
+    choice = {"source": "model", "gamma": 1, "bucket": 0, "expected": 1.4, "cost": 1.2, "reason": "γ 1 from draft"}
+    base = [Step(i, emitted=[1], verify_s=0.03 * (5 if 0 < i <= 2 else 1)) for i in range(21)]
+    spec = [Step(i, drafted=[1], emitted=[2], correction=2, verify_s=0.033, draft_choice=choice) for i in range(21)]
+    s = RaceState("auto", True, baseline=base, speculative=spec, done=True).summary()
+    assert s["summed_speedup"] > 1.15 > s["speedup"]  # the two clocks disagree: the slow baseline steps
+    assert s["limited_by"]["text"].startswith(f"{s['speedup']:.2f}×: auto drafted on 21 of its 21 steps")

@@ -108,7 +108,7 @@ class RaceState:
             # said once the race is over: "why no speedup?" from this run's own numbers (specdemo's
             # steps only: a vLLM stream has no draft or verify clocks to read it from)
             if self.done and self.server_counters is None and self.about.on_engine:
-                why = limited_by(base, spec, self.method)
+                why = limited_by(base, spec, self.method, out["speedup"])  # the headline's figure, not another clock
                 out["limited_by"] = {"term": why["term"], "text": why["text"]} if why else None
         out["sides"] = self.about.sides
         diff = self.first_difference()
