@@ -79,6 +79,9 @@ SMOKE = {
     ],
     "python -m tools.fma_peak": ["-m", "tools.fma_peak"],
     "python -m tools.first_step_share": ["-m", "tools.first_step_share", *BUNDLED, "--max-new-tokens", "8"],
+    "python -m tools.auto_step_costs": [
+        "-m", "tools.auto_step_costs", *BUNDLED, "--max-new-tokens", "16", "--prompt", "Once upon a time",
+    ],
     "python -m tools.seeded_suffix_store": [
         "-c", "import runpy, sys; [runpy.run_module('tools.seeded_suffix_store', run_name='__main__') for sys.argv in "
         "(['x', '--write', '1', '--batch', '2', '--answer-tokens', '8', '--shards', '{dir}'], "
