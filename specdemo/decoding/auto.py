@@ -7,15 +7,26 @@ matching), then picks the (source, k) with the most expected tokens per unit of 
     cost(s, k) = t_v(1+k)/t_t + k·c_s                     (in target steps; k = 0 is a plain step: E = cost = 1)
     â_s,b,j    = (kept + m·p̄_s,b,j)/(tried + m) + κ/sqrt(1 + T_s,j)   (counts decay by λ per step)
     p̄_s,b,j    = (K_s,j − kept + m·r_s,j−1)/(T_s,j − tried + m)  (the source's other buckets: this one's prior)
-    r_s,j      = (K_s,j + m·r_s,j−1)/(T_s,j + m),  r_s,0 = 0.5     (the source's rate, shrunk to the last position's)
+    r_s,j      = (K_s,j + m·r_s,j−1)/(T_s,j + m),  r_s,0 = r₀      (the source's rate, shrunk to the last position's)
 
 where â_s,b,j is source s's chance of keeping position j given positions < j were kept, in signal bucket b (the
 suffix match's length, prompt lookup's n-gram size), and K, T are the source's counts over all its buckets: a
 source refused in one bucket is doubted in the others, and a bucket's own counts take over after m tries. The
 prior leaves the bucket's own counts out, or each try would count twice (a one-bucket source, the draft model,
-would be written off after two refusals); with one bucket, â is Laplace's (kept + 1)/(tried + 2) plus the bonus.
-A position never reached starts from the position before's rate r, not from 0.5.
-The decay lets a source that was
+would be written off after two refusals); with one bucket, â is (kept + m·r₀)/(tried + m) plus the bonus.
+A position never reached starts from the position before's rate r, not from r₀.
+
+The draft model drafts one token at a time, and its own signal decides each next one: its top probability
+π_i (known before its token is drawn, so stopping on it keeps q the q drawn from). Token i's chance is
+â_i = (kept + m·π_i)/(tried + m) + κ/sqrt(1 + T) in π_i's bucket (a calibrated draft keeps about π of its
+tokens; the bucket's counts correct it), and with E_i, A_i = Π â over the tokens taken so far:
+
+    take token i   if (E_{i−1} + A_{i−1}·â_i) / (t_v(1+i)/t_t + i·c)  ≥  E_{i−1} / (t_v(i)/t_t + i·c)
+    draft another  if some k > i, the rest at the model's average rate r̄, beats what is taken
+
+(token i's c is paid either way: a confident draft goes on, an unsure one stops). Whether to ask the model at
+all weighs what its steps have made (decayed tokens and cost a step, a fixed prior of 1 + r₀ tokens for a
+one-token step's cost) against the other sources' E/cost. The decay lets a source that was
 switched off come back: its counts shrink, its bonus grows, and it is tried again (optimism in the face of
 uncertainty, as UCB). The choice reads only the past, so the proposal's q is the q it was drawn with and the
 rule (``engine.verify_draft``) keeps sampling lossless. The token tree is not among the sources: it is another
@@ -34,16 +45,25 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from specdemo.decoding.drafters import Draft
+import torch
+
+from specdemo.decoding.drafters import Draft, ModelDrafter
 from specdemo.decoding.kv import CachedLM, synchronize
 from specdemo.decoding.sampling import SamplingConfig, to_probs
 
 NONE = "none"  # the choice not to draft: a plain target step
 DECAY = 0.97  # λ: a count seen 33 steps ago weighs 1/e
-OPTIMISM = 0.15  # κ: an untried position counts as 0.5 + 0.15 (a probe about every 60 steps of disuse)
+OPTIMISM = 0.15  # κ: an untried position counts as r₀ + 0.15 (a probe about every 60 steps of disuse)
+FIRST_RATE = 0.5  # r₀: a fresh source's rate, before any of its tries (0.3, the tune split's, wrote the model off)
 PRIOR_WEIGHT = 2.0  # m: tries of a bucket's own before they outweigh the source's pooled rate
 MOST = 6  # auto's γ where none is chosen: the most tokens it may draft (it chooses fewer, 0 included)
 LABELS = {NONE: "no draft", "prompt": "prompt lookup", "suffix": "suffix store", "model": "draft model"}
+# the draft's top probability, bucketed (SmolLM2's draft keeps ≈ 6, 25, 39, 56, 84, 92% of its tokens in them)
+CONFIDENCE = (0.2, 0.4, 0.6, 0.8, 0.9)
+
+
+def confidence_bucket(top: float) -> int:
+    return sum(top >= edge for edge in CONFIDENCE)
 
 
 @dataclass
@@ -54,6 +74,7 @@ class CostModel:
     verify: list[float]
     draft: dict[str, float] = field(default_factory=dict)
     where: str = "given"  # what measured it
+    seconds: float = 0.0  # what measuring it took (the start-up's target: ≤ 3 s; printed by bench --tasks)
 
     def step(self, source: str, k: int) -> float:
         return self.verify[min(k, len(self.verify) - 1)] + k * self.draft.get(source, 0.0)
@@ -67,14 +88,15 @@ class Acceptance:
     tried: dict = field(default_factory=dict)
     pooled_kept: dict = field(default_factory=dict)
     pooled_tried: dict = field(default_factory=dict)
+    made: dict = field(default_factory=dict)  # a token-by-token source → decayed [its steps, tokens made, cost]
     steps: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)  # sessions share one
 
     def pooled(self, source: str, position: int) -> float:
-        """The source's rate over all its buckets, shrunk towards its rate one position earlier (0.5 before
-        the first): a source refused at position 1 is not trusted with a 0.5 at the positions never reached."""
+        """The source's rate over all its buckets, shrunk towards its rate one position earlier (r₀ before
+        the first): a source refused at position 1 is not trusted with r₀ at the positions never reached."""
         if position == 0:
-            return 0.5
+            return FIRST_RATE
         at, earlier = (source, position), PRIOR_WEIGHT * self.pooled(source, position - 1)
         return (self.pooled_kept.get(at, 0.0) + earlier) / (self.pooled_tried.get(at, 0.0) + PRIOR_WEIGHT)
 
@@ -89,46 +111,92 @@ class Acceptance:
         bonus = OPTIMISM / math.sqrt(1 + pooled_tried)
         return min(1.0, (kept + PRIOR_WEIGHT * prior) / (tried + PRIOR_WEIGHT) + bonus)
 
+    def token_rate(self, source: str, top: float) -> float:
+        """A one-at-a-time source's chance of keeping a token drafted with top probability ``top``: the
+        bucket's counts, ``top`` itself as their prior."""
+        at = (source, confidence_bucket(top), 1)
+        kept, tried = self.kept.get(at, 0.0), self.tried.get(at, 0.0)
+        bonus = OPTIMISM / math.sqrt(1 + self.pooled_tried.get((source, 1), 0.0))
+        return min(1.0, (kept + PRIOR_WEIGHT * top) / (tried + PRIOR_WEIGHT) + bonus)
+
+    def average_rate(self, source: str) -> float:
+        """A one-at-a-time source's rate over all its tokens (its next token's, before its top probability is
+        known), with the bonus."""
+        return min(1.0, self.pooled(source, 1) + OPTIMISM / math.sqrt(1 + self.pooled_tried.get((source, 1), 0.0)))
+
     def learn(self, key: tuple, drafted: int, accepted: int) -> None:
+        """A chain drafted under one bucket: its positions 1..drafted."""
+        self.learn_each([(key, j) for j in range(1, drafted + 1)], accepted)
+
+    def learn_tokens(self, source: str, tops: list[float], accepted: int, cost: float) -> None:
+        """A one-at-a-time draft: each token in its own confidence bucket, all at position 1; and the step's
+        tokens (the kept drafts and the target's own) and cost."""
+        self.learn_each([((source, confidence_bucket(top)), 1) for top in tops], accepted)
+        with self.lock:
+            steps, made, spent = self.made.get(source, (0.0, 0.0, 0.0))
+            self.made[source] = (steps + 1, made + accepted + 1, spent + cost)
+
+    def step_value(self, source: str, tokens: float, cost: float) -> tuple[float, float]:
+        """A token-by-token source's expected tokens and cost a step: what its steps made, with ``tokens`` and
+        ``cost`` (a one-token draft at a fresh source's rate) as the prior, and the bonus. Its drafts stop where
+        they stop paying, so its steps are worth more than a fixed chain at its average rate. The prior is
+        fixed: one shrunk by the same refusals would count each twice and starve the source."""
+        steps, made, spent = self.made.get(source, (0.0, 0.0, 0.0))
+        bonus = OPTIMISM / math.sqrt(1 + steps)
+        return (made + PRIOR_WEIGHT * tokens) / (steps + PRIOR_WEIGHT) + bonus, (spent + PRIOR_WEIGHT * cost) / (
+            steps + PRIOR_WEIGHT
+        )
+
+    def learn_each(self, tokens: list[tuple], accepted: int) -> None:
         with self.lock:
             self.steps += 1
             for table in (self.kept, self.tried, self.pooled_kept, self.pooled_tried):
                 for k in table:
                     table[k] *= DECAY
-            # positions 1..accepted were kept; position accepted+1 was tried and refused; later ones never tested
-            for j in range(1, min(drafted, accepted + 1) + 1):
+            self.made = {source: tuple(DECAY * x for x in row) for source, row in self.made.items()}
+            # tokens 1..accepted were kept; token accepted+1 was tried and refused; later ones never tested
+            for i, (key, j) in enumerate(tokens[: accepted + 1], start=1):
                 for kept, tried, at in (
                     (self.kept, self.tried, (*key, j)),
                     (self.pooled_kept, self.pooled_tried, (key[0], j)),
                 ):
                     tried[at] = tried.get(at, 0.0) + 1
-                    kept[at] = kept.get(at, 0.0) + (j <= accepted)
+                    kept[at] = kept.get(at, 0.0) + (i <= accepted)
 
     def expected(self, key: tuple, k: int) -> float:
-        total, alive = 1.0, 1.0
-        for j in range(1, k + 1):
-            alive *= self.rate(key, j)
-            total += alive
-        return total
+        rates = [self.average_rate(key[0]) if key[1] is None else self.rate(key, j) for j in range(1, k + 1)]
+        return expected_tokens(rates)
+
+
+def expected_tokens(rates: list[float], alive: float = 1.0, total: float = 1.0) -> float:
+    """1 + Σ_i Π_{j≤i} â_j: the kept drafts (each needs every one before it kept), plus the target's own token.
+    ``alive``, ``total``: where a draft already taken leaves off."""
+    for rate in rates:
+        alive *= rate
+        total += alive
+    return total
 
 
 def choose(cost: CostModel, acceptance: Acceptance, offers: dict[str, tuple[int, int]]) -> dict:
     """The best (source, k) by expected tokens per target step. ``offers``: source → (most tokens it can
     draft, its signal bucket). Returns the choice with its reason, in words an attendee reads."""
-    options = [(1.0, 1.0, NONE, 0, 0)]
+    options = [(1.0, 1.0, 1.0, NONE, 0, 0)]  # (tokens per step, tokens, steps, source, k, bucket)
     for source, (most, bucket) in offers.items():
+        if bucket is None:  # token by token: its γ is chosen as it drafts
+            e, c = acceptance.step_value(source, 1 + FIRST_RATE, cost.step(source, 1))
+            options.append((e / c, e, c, source, 1, None))
+            continue
         for k in range(1, most + 1):
             e, c = acceptance.expected((source, bucket), k), cost.step(source, k)
-            options.append((e / c, e, source, k, bucket))
-    rate, e, source, k, bucket = max(options, key=lambda o: o[0])
-    steps = cost.step(source, k)
-    runner_up = max((o for o in options if o[2] != source), key=lambda o: o[0], default=None)
+            options.append((e / c, e, c, source, k, bucket))
+    rate, e, steps, source, k, bucket = max(options, key=lambda o: o[0])
+    runner_up = max((o for o in options if o[3] != source), key=lambda o: o[0], default=None)
     reason = f"γ {k} from {LABELS[source]}: expected" if k else "γ 0 (no draft):"
     reason += f" {e:.2f} tokens for {steps:.2f} steps"
     if runner_up:
-        _, e2, s2, k2, _ = runner_up
-        instead = f"{LABELS[s2]} γ {k2}" if k2 else LABELS[s2]
-        reason += f"; {instead} would give {e2:.2f} for {cost.step(s2, k2):.2f}"
+        _, e2, c2, s2, k2, b2 = runner_up
+        instead = LABELS[s2] + (", token by token" if b2 is None else f" γ {k2}" if k2 else "")
+        reason += f"; {instead} would give {e2:.2f} for {c2:.2f}"
     return {"source": source, "gamma": k, "bucket": bucket, "expected": e, "cost": steps, "reason": reason}
 
 
@@ -138,17 +206,23 @@ class AutoDrafter:
     def __init__(self, cost: CostModel, prompt=None, suffix=None, model=None, acceptance: Acceptance | None = None):
         self.cost, self.acceptance = cost, acceptance if acceptance is not None else Acceptance()
         self.sources = {name: d for name, d in (("prompt", prompt), ("suffix", suffix), ("model", model)) if d}
-        self.last: tuple | None = None  # (key, drafted ids, len(tokens) when drafted)
+        # (key, drafted ids, len(tokens) when drafted[, token by token: each token's top probability, the cost])
+        self.last: tuple | None = None
 
     def learn(self, tokens: list[int]) -> None:
         """The last draft's kept prefix is what the text went on with (a refused token is never emitted: the
         residual max(0, p − q) is 0 where p < q, and greedy's correction is another token)."""
-        if self.last is None:
+        if self.last is None:  # a step without a draft: time passes all the same, so a source written off comes back
+            self.acceptance.learn_each([], 0)
             return
-        key, ids, at = self.last
+        key, ids, at, *by_token = self.last
         went_on = tokens[at : at + len(ids)]
         accepted = next((i for i, (a, b) in enumerate(zip(ids, went_on, strict=False)) if a != b), len(went_on))
-        self.acceptance.learn(key, len(ids), accepted)
+        if by_token:
+            tops, cost = by_token
+            self.acceptance.learn_tokens(key[0], tops, accepted, cost)
+        else:
+            self.acceptance.learn(key, len(ids), accepted)
         self.last = None
 
     def propose(self, tokens: list[int], n: int, sampling: SamplingConfig, generator) -> Draft:
@@ -161,20 +235,67 @@ class AutoDrafter:
                     found[name] = draft
                     offers[name] = (len(draft), min(getattr(self.sources[name], "match_len", 0), 4))
         if "model" in self.sources and n > 0:
-            offers["model"] = (n, 0)
+            offers["model"] = (n, None if self.one_at_a_time else 0)  # None: by its top probability, token by token
         choice = choose(self.cost, self.acceptance, offers)
         k = choice["gamma"]
         if k == 0:
             draft = Draft()
+        elif choice["source"] == "model" and self.one_at_a_time:
+            draft = self.draft_while_it_pays(tokens, n, sampling, generator, choice)
         elif choice["source"] == "model":
             draft = self.sources["model"].propose(tokens, k, sampling, generator)
         else:
             whole = found[choice["source"]]
             draft = Draft(whole.ids[:k], None if whole.probs is None else whole.probs[:k], whole.source)
-        if draft:
+        if draft and choice["bucket"] is not None:
             self.last = ((choice["source"], choice["bucket"]), list(draft.ids), len(tokens))
         draft.choice = choice
         return draft
+
+    @property
+    def one_at_a_time(self) -> bool:
+        """A draft model with its own cache drafts a token a call: its top probability decides the next one."""
+        return isinstance(self.sources.get("model"), ModelDrafter)
+
+    def draft_while_it_pays(self, tokens: list[int], most: int, sampling: SamplingConfig, generator, choice) -> Draft:
+        """The draft model, a token at a time, while the expected tokens per step grow (the rule in the module's
+        docstring). Each stop reads π_i, known before token i is drawn: q stays the q it was drawn from."""
+        model, a = self.sources["model"], self.acceptance
+        c, step = self.cost.draft.get("model", 0.0), self.cost.step
+        ids, rows, tops = [], [], []
+        e, alive = 1.0, 1.0  # E and A over the tokens taken
+        later = a.average_rate("model")  # a token not yet drafted: the model's average
+        while len(ids) < most:
+            one = model.propose(tokens + ids, 1, sampling, generator)
+            if not one:  # its own confidence stop (``min_confidence``)
+                break
+            top = float(one.probs[0].max())
+            rate, i = a.token_rate("model", top), len(ids) + 1
+            # token i's c is paid either way; taking it adds a verify position and its expected token
+            if (e + alive * rate) / (step(NONE, i) + i * c) < e / (step(NONE, i - 1) + i * c):
+                tops.append(top)  # drafted, not sent: shown in the reason, not learned from
+                break
+            ids.append(one.ids[0])
+            rows.append(one.probs[0])
+            tops.append(top)
+            alive *= rate
+            e += alive
+            now = e / (step(NONE, i) + i * c)
+            going_on = (
+                expected_tokens([later] * (k - i), alive, e) / (step(NONE, k) + k * c) for k in range(i + 1, most + 1)
+            )
+            ahead = max(going_on, default=0.0)
+            if ahead <= now:
+                break
+        cost = step(NONE, len(ids)) + len(tops) * c
+        shown = ", ".join(f"{t:.2f}" for t in tops)
+        _, *runner_up = choice["reason"].split("; ", 1)
+        reason = f"γ {len(ids)} from {LABELS['model']}, token by token while sure enough (its top probabilities "
+        reason += f"{shown}): expected {e:.2f} tokens for {cost:.2f} steps"
+        choice.update(gamma=len(ids), expected=e, cost=cost, reason=reason)
+        choice["reason"] += "".join(f"; {r}" for r in runner_up)
+        self.last = (("model", None), ids, len(tokens), tops[: len(ids)], cost)  # a draft not sent is learned too
+        return Draft(ids, torch.stack(rows)) if ids else Draft()
 
     def capture(self, first_feed: int) -> None:
         if hasattr(self.sources.get("model"), "capture"):
@@ -268,8 +389,8 @@ def measure_costs(target_model, draft_model, most: int, cache_file: Path | None 
     measured = [median[("target", 1 + k)] / t_t for k in range(most + 1)]
     verify = list(itertools.accumulate(measured, max))  # more tokens never cost less: a dip is noise
     draft = {name: median[(name, 1)] / t_t for name in lms if name != "target"}
-    where = f"measured at start-up in {time.perf_counter() - started:.1f} s ({key})"
-    _MEASURED[key] = CostModel(verify, draft, where)
+    seconds = time.perf_counter() - started
+    _MEASURED[key] = CostModel(verify, draft, f"measured at start-up in {seconds:.1f} s ({key})", seconds)
     if cache_file:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         cache_file.write_text(json.dumps(stored | {key: asdict(_MEASURED[key])}, indent=1))
