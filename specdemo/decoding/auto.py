@@ -76,8 +76,10 @@ class CostModel:
     where: str = "given"  # what measured it
     seconds: float = 0.0  # what measuring it took (the start-up's target: ≤ 3 s; printed by bench --tasks)
 
-    def step(self, source: str, k: int) -> float:
-        return self.verify[min(k, len(self.verify) - 1)] + k * self.draft.get(source, 0.0)
+    def step(self, source: str, k: int, drafted: int | None = None) -> float:
+        """k tokens verified; ``drafted`` tokens paid for (default k: a drafted token not sent is paid too)."""
+        drafted = k if drafted is None else drafted
+        return self.verify[min(k, len(self.verify) - 1)] + drafted * self.draft.get(source, 0.0)
 
 
 @dataclass
@@ -108,21 +110,23 @@ class Acceptance:
         # the prior is the source's other buckets only: the bucket's own counts would count each try twice
         earlier = PRIOR_WEIGHT * self.pooled(source, position - 1)
         prior = (pooled_kept - kept + earlier) / (pooled_tried - tried + PRIOR_WEIGHT)
-        bonus = OPTIMISM / math.sqrt(1 + pooled_tried)
-        return min(1.0, (kept + PRIOR_WEIGHT * prior) / (tried + PRIOR_WEIGHT) + bonus)
+        return min(1.0, (kept + PRIOR_WEIGHT * prior) / (tried + PRIOR_WEIGHT) + self.bonus(source, position))
+
+    def bonus(self, source: str, position: int) -> float:
+        """κ/sqrt(1 + T_s,j): optimism that shrinks as the source's tries at the position add up."""
+        return OPTIMISM / math.sqrt(1 + self.pooled_tried.get((source, position), 0.0))
 
     def token_rate(self, source: str, top: float) -> float:
         """A one-at-a-time source's chance of keeping a token drafted with top probability ``top``: the
         bucket's counts, ``top`` itself as their prior."""
         at = (source, confidence_bucket(top), 1)
         kept, tried = self.kept.get(at, 0.0), self.tried.get(at, 0.0)
-        bonus = OPTIMISM / math.sqrt(1 + self.pooled_tried.get((source, 1), 0.0))
-        return min(1.0, (kept + PRIOR_WEIGHT * top) / (tried + PRIOR_WEIGHT) + bonus)
+        return min(1.0, (kept + PRIOR_WEIGHT * top) / (tried + PRIOR_WEIGHT) + self.bonus(source, 1))
 
     def average_rate(self, source: str) -> float:
         """A one-at-a-time source's rate over all its tokens (its next token's, before its top probability is
         known), with the bonus."""
-        return min(1.0, self.pooled(source, 1) + OPTIMISM / math.sqrt(1 + self.pooled_tried.get((source, 1), 0.0)))
+        return min(1.0, self.pooled(source, 1) + self.bonus(source, 1))
 
     def learn(self, key: tuple, drafted: int, accepted: int) -> None:
         """A chain drafted under one bucket: its positions 1..drafted."""
@@ -164,8 +168,7 @@ class Acceptance:
                     kept[at] = kept.get(at, 0.0) + (i <= accepted)
 
     def expected(self, key: tuple, k: int) -> float:
-        rates = [self.average_rate(key[0]) if key[1] is None else self.rate(key, j) for j in range(1, k + 1)]
-        return expected_tokens(rates)
+        return expected_tokens([self.rate(key, j) for j in range(1, k + 1)])
 
 
 def expected_tokens(rates: list[float], alive: float = 1.0, total: float = 1.0) -> float:
@@ -261,7 +264,7 @@ class AutoDrafter:
         """The draft model, a token at a time, while the expected tokens per step grow (the rule in the module's
         docstring). Each stop reads π_i, known before token i is drawn: q stays the q it was drawn from."""
         model, a = self.sources["model"], self.acceptance
-        c, step = self.cost.draft.get("model", 0.0), self.cost.step
+        step = lambda sent, drafted: self.cost.step("model", sent, drafted)  # noqa: E731
         ids, rows, tops = [], [], []
         e, alive = 1.0, 1.0  # E and A over the tokens taken
         later = a.average_rate("model")  # a token not yet drafted: the model's average
@@ -272,7 +275,7 @@ class AutoDrafter:
             top = float(one.probs[0].max())
             rate, i = a.token_rate("model", top), len(ids) + 1
             # token i's c is paid either way; taking it adds a verify position and its expected token
-            if (e + alive * rate) / (step(NONE, i) + i * c) < e / (step(NONE, i - 1) + i * c):
+            if (e + alive * rate) / step(i, i) < e / step(i - 1, i):
                 tops.append(top)  # drafted, not sent: shown in the reason, not learned from
                 break
             ids.append(one.ids[0])
@@ -280,14 +283,12 @@ class AutoDrafter:
             tops.append(top)
             alive *= rate
             e += alive
-            now = e / (step(NONE, i) + i * c)
-            going_on = (
-                expected_tokens([later] * (k - i), alive, e) / (step(NONE, k) + k * c) for k in range(i + 1, most + 1)
-            )
+            now = e / step(i, i)
+            going_on = (expected_tokens([later] * (k - i), alive, e) / step(k, k) for k in range(i + 1, most + 1))
             ahead = max(going_on, default=0.0)
             if ahead <= now:
                 break
-        cost = step(NONE, len(ids)) + len(tops) * c
+        cost = step(len(ids), len(tops))
         shown = ", ".join(f"{t:.2f}" for t in tops)
         _, *runner_up = choice["reason"].split("; ", 1)
         reason = f"γ {len(ids)} from {LABELS['model']}, token by token while sure enough (its top probabilities "
