@@ -12,7 +12,7 @@ from test_sampling import DRAFTS, PROMPT, SAMPLES, TARGET, chi2_pvalue, exact_jo
 
 from specdemo.decoding import auto, engine
 from specdemo.decoding.auto import Acceptance, AutoDrafter, CostModel, choose
-from specdemo.decoding.drafters import ModelDrafter
+from specdemo.decoding.drafters import ModelDrafter, PromptLookupDrafter
 from specdemo.decoding.engine import DecodeConfig, eos_ids, run_all, sample_many
 from specdemo.decoding.sampling import SamplingConfig
 
@@ -72,6 +72,22 @@ def test_a_source_written_off_comes_back_after_plain_steps():
     drafter = AutoDrafter(CPU, model=Scripted([0.3] * 400), acceptance=a)
     chosen = [drafter.propose([1, 2], 6, SamplingConfig(), None).choice["source"] for _ in range(300)]
     assert chosen[0] == auto.NONE and "model" in chosen
+
+
+def test_a_copy_not_taken_is_learned_from_once_the_text_reaches_it():
+    """A copy source's proposal is free, so it is judged whether or not it was sent: on a steep verify auto takes
+    plain steps, and prompt lookup's offers (2-gram matches of 1 2 → 3 4) are scored against the text's own
+    tokens, waiting while the text has not reached a draft's end."""
+    steep = CostModel([1.0] + [3.0] * 6)
+    drafter = AutoDrafter(steep, prompt=PromptLookupDrafter(max_ngram=2))
+    text = [1, 2, 3, 4, 1, 2]
+    assert drafter.propose(text, 2, SamplingConfig(), None).choice["source"] == auto.NONE
+    drafter.propose(text + [3], 2, SamplingConfig(), None)  # 3 kept, 4 not reached yet: waits; offers 4 1
+    assert drafter.acceptance.pooled_tried == {}
+    drafter.propose(text + [3, 5], 2, SamplingConfig(), None)  # 3 kept, 5 replaced 4; 5 replaced 4 of 4 1
+    assert drafter.acceptance.pooled_tried == {("prompt", 1): 2, ("prompt", 2): 1}
+    assert drafter.acceptance.pooled_kept == {("prompt", 1): 1, ("prompt", 2): 0}
+    assert drafter.acceptance.steps == 3  # one step each call: the offers judged do not decay the counts again
 
 
 def test_acceptance_counts_follow_the_rule():

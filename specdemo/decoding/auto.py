@@ -14,7 +14,10 @@ suffix match's length, prompt lookup's n-gram size), and K, T are the source's c
 source refused in one bucket is doubted in the others, and a bucket's own counts take over after m tries. The
 prior leaves the bucket's own counts out, or each try would count twice (a one-bucket source, the draft model,
 would be written off after two refusals); with one bucket, â is (kept + m·r₀)/(tried + m) plus the bonus.
-A position never reached starts from the position before's rate r, not from r₀.
+A position never reached starts from the position before's rate r, not from r₀. The copy sources are counted
+on every offer, sent or not (off-policy, and free: their proposals cost nothing): a one-hot token x is kept with
+chance p(x), the chance the target's text goes on with x, so the text's own tokens score it once they are out.
+A copy that is never right is then known without refused probes, and one that starts to be is seen at once.
 
 The draft model drafts one token at a time, and its own signal decides each next one: its top probability
 π_i (known before its token is drawn, so stopping on it keeps q the q drawn from). Token i's chance is
@@ -38,6 +41,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import platform
 import statistics
 import threading
@@ -128,9 +132,10 @@ class Acceptance:
         known), with the bonus."""
         return min(1.0, self.pooled(source, 1) + self.bonus(source, 1))
 
-    def learn(self, key: tuple, drafted: int, accepted: int) -> None:
-        """A chain drafted under one bucket: its positions 1..drafted."""
-        self.learn_each([(key, j) for j in range(1, drafted + 1)], accepted)
+    def learn(self, key: tuple, drafted: int, accepted: int, step: bool = True) -> None:
+        """A chain drafted under one bucket: its positions 1..drafted. ``step``: a new step (the counts decay
+        first); False: one more chain proposed at the same step."""
+        self.learn_each([(key, j) for j in range(1, drafted + 1)], accepted, step)
 
     def learn_tokens(self, source: str, tops: list[float], accepted: int, cost: float) -> None:
         """A one-at-a-time draft: each token in its own confidence bucket, all at position 1; and the step's
@@ -151,13 +156,14 @@ class Acceptance:
             steps + PRIOR_WEIGHT
         )
 
-    def learn_each(self, tokens: list[tuple], accepted: int) -> None:
+    def learn_each(self, tokens: list[tuple], accepted: int, step: bool = True) -> None:
         with self.lock:
-            self.steps += 1
-            for table in (self.kept, self.tried, self.pooled_kept, self.pooled_tried):
-                for k in table:
-                    table[k] *= DECAY
-            self.made = {source: tuple(DECAY * x for x in row) for source, row in self.made.items()}
+            if step:
+                self.steps += 1
+                for table in (self.kept, self.tried, self.pooled_kept, self.pooled_tried):
+                    for k in table:
+                        table[k] *= DECAY
+                self.made = {source: tuple(DECAY * x for x in row) for source, row in self.made.items()}
             # tokens 1..accepted were kept; token accepted+1 was tried and refused; later ones never tested
             for i, (key, j) in enumerate(tokens[: accepted + 1], start=1):
                 for kept, tried, at in (
@@ -169,6 +175,11 @@ class Acceptance:
 
     def expected(self, key: tuple, k: int) -> float:
         return expected_tokens([self.rate(key, j) for j in range(1, k + 1)])
+
+
+def kept_prefix(ids: list[int], went_on: list[int]) -> int:
+    """How many of the drafted ``ids`` the text went on with."""
+    return next((i for i, (a, b) in enumerate(zip(ids, went_on, strict=False)) if a != b), min(len(ids), len(went_on)))
 
 
 def expected_tokens(rates: list[float], alive: float = 1.0, total: float = 1.0) -> float:
@@ -209,24 +220,32 @@ class AutoDrafter:
     def __init__(self, cost: CostModel, prompt=None, suffix=None, model=None, acceptance: Acceptance | None = None):
         self.cost, self.acceptance = cost, acceptance if acceptance is not None else Acceptance()
         self.sources = {name: d for name, d in (("prompt", prompt), ("suffix", suffix), ("model", model)) if d}
-        # (key, drafted ids, len(tokens) when drafted[, token by token: each token's top probability, the cost])
+        # the draft model's last draft: (key, drafted ids, len(tokens) when drafted, each token's top prob., cost)
         self.last: tuple | None = None
+        # every copy offered, taken or not, and a drafted chain: (key, ids, len(tokens) then), judged once the
+        # text reaches its end
+        self.offered: list[tuple] = []
 
     def learn(self, tokens: list[int]) -> None:
-        """The last draft's kept prefix is what the text went on with (a refused token is never emitted: the
-        residual max(0, p − q) is 0 where p < q, and greedy's correction is another token)."""
-        if self.last is None:  # a step without a draft: time passes all the same, so a source written off comes back
+        """A draft's kept prefix is what the text went on with (a refused token is never emitted: the residual
+        max(0, p − q) is 0 where p < q, and greedy's correction is another token). That holds for a draft never
+        sent too: a copy source's one-hot token x would be kept with chance p(x), the chance the target's text
+        goes on with x. So every copy offered is learned from, for free (the draft model's, only when drafted)."""
+        if self.last is None:  # time passes on every step, so a source written off comes back
             self.acceptance.learn_each([], 0)
-            return
-        key, ids, at, *by_token = self.last
-        went_on = tokens[at : at + len(ids)]
-        accepted = next((i for i, (a, b) in enumerate(zip(ids, went_on, strict=False)) if a != b), len(went_on))
-        if by_token:
-            tops, cost = by_token
-            self.acceptance.learn_tokens(key[0], tops, accepted, cost)
         else:
-            self.acceptance.learn(key, len(ids), accepted)
-        self.last = None
+            key, ids, at, tops, cost = self.last
+            self.acceptance.learn_tokens(key[0], tops, kept_prefix(ids, tokens[at:]), cost)
+            self.last = None
+        waiting = []
+        for key, ids, at in self.offered:
+            went_on = tokens[at : at + len(ids)]
+            accepted = kept_prefix(ids, went_on)
+            if accepted == len(went_on) < len(ids):  # the text has not reached its end yet
+                waiting.append((key, ids, at))
+            else:
+                self.acceptance.learn(key, len(ids), accepted, step=False)
+        self.offered = waiting
 
     def propose(self, tokens: list[int], n: int, sampling: SamplingConfig, generator) -> Draft:
         self.learn(tokens)
@@ -250,8 +269,10 @@ class AutoDrafter:
         else:
             whole = found[choice["source"]]
             draft = Draft(whole.ids[:k], None if whole.probs is None else whole.probs[:k], whole.source)
-        if draft and choice["bucket"] is not None:
-            self.last = ((choice["source"], choice["bucket"]), list(draft.ids), len(tokens))
+        chains = [((name, offers[name][1]), d) for name, d in found.items()]
+        if choice["source"] == "model" and choice["bucket"] is not None:  # a chain from a drafter without a cache
+            chains.append((("model", choice["bucket"]), draft))
+        self.offered += [(key, list(d.ids), len(tokens)) for key, d in chains if d]
         draft.choice = choice
         return draft
 
@@ -394,5 +415,7 @@ def measure_costs(target_model, draft_model, most: int, cache_file: Path | None 
     _MEASURED[key] = CostModel(verify, draft, f"measured at start-up in {seconds:.1f} s ({key})", seconds)
     if cache_file:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        cache_file.write_text(json.dumps(stored | {key: asdict(_MEASURED[key])}, indent=1))
+        partial = cache_file.with_suffix(f".{os.getpid()}.partial")  # whole or not at all: processes share it
+        partial.write_text(json.dumps(stored | {key: asdict(_MEASURED[key])}, indent=1))
+        partial.replace(cache_file)
     return _MEASURED[key]
