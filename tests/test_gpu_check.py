@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_gpu_check_runs_end_to_end_on_a_cpu(tmp_path):
     env = os.environ | {"GPU_CHECK_DEVICE": "cpu", "GPU_CHECK_PRESETS": "bundled-tinystories", "OUT": str(tmp_path)}
     env |= {"GPU_CHECK_PROMPTS": "1"}  # each part on one prompt: the GPU's run takes two
+    # aot's timing is step_ms on an aot CachedLM, whose packages the identity and the app race build here too;
+    # a second build for random weights (≈ 40 s of this suite) is the GPU's run's only
+    env |= {"GPU_CHECK_AOT_PRESETS": ""}
     run = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gpu_check.py")], env=env, capture_output=True, text=True, timeout=900
     )
@@ -22,8 +25,7 @@ def test_the_gpu_check_runs_end_to_end_on_a_cpu(tmp_path):
     assert {r["steps"] for r in report["identity"]} == {"eager", "static", "compiled", "aot"}
     assert all(r["identical"] for r in report["identity"])
     kinds = report["timings bundled-tinystories"]["kinds"]
-    assert set(kinds) == {"eager", "compiled", "aot"} and all(k["t_t_ms"] > 0 and k["c"] > 0 for k in kinds.values())
-    assert report["timings bundled-tinystories"]["aot_build_s"] > 0
+    assert set(kinds) == {"eager", "compiled"} and all(k["t_t_ms"] > 0 and k["c"] > 0 for k in kinds.values())
     assert len(report["app race"]) == 2 and all(status.startswith("✓") for status in report["app race"].values())
     assert "== summary" in run.stdout and "FAILED" not in run.stdout
 

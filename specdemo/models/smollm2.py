@@ -18,6 +18,7 @@ Resolution order (``models.load_model`` asks for the hub id ``HuggingFaceTB/Smol
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 
@@ -112,12 +113,13 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     """Dequantize the GGUF into an fp32 safetensors checkpoint (+ tokenizer) in ``out``.
 
     The folder is written beside its final name and renamed at the end, so an interrupted
-    conversion never leaves a half-written model that would be loaded next time."""
+    conversion never leaves a half-written model that would be loaded next time; each process
+    writes its own, so two converting at once (a test suite's workers) never meet half-way."""
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = out.with_name(out.name + ".partial")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     bar = tqdm(total=CONVERSION_STAGES, desc="SmolLM2: converting the GGUF once (≈ 30 s)", unit="stage")
 
@@ -145,6 +147,9 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     finally:
         bar.close()
         converting["stages_done"] = None
+    if is_complete(out):  # another process finished first: its copy is the same, and may be loading
+        shutil.rmtree(tmp, ignore_errors=True)
+        return out
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
