@@ -10,18 +10,16 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 VOCAB = 96
-# a worker of `pytest -n 2` gets one core's thread: the small models of the tests scale poorly past one
-THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
-torch.set_num_threads(THREADS)
+torch.set_num_threads(2)
 # The app's tests run on the fast bundled pair unless they name another; SmolLM2 has its own tests.
 os.environ.setdefault("SPECDEMO_PRESET", "bundled-tinystories")
 
 
 @pytest.fixture(autouse=True)
 def two_threads():
-    """The app picks its own thread count (configure_cpu_threads); give every test the same."""
+    """The app picks its own thread count (configure_cpu_threads); give every test the same two."""
     yield
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(2)
 
 
 @pytest.fixture(autouse=True)
@@ -145,17 +143,3 @@ def server():
     _, url, _ = app.launch(prevent_thread_lock=True, server_port=free_port(), quiet=True)
     yield url
     app.demo.close()
-
-
-def pytest_collection_modifyitems(items):
-    """Under `pytest -n 2 --dist loadgroup` (the README's command), a file any of whose tests uses a
-    module-scoped fixture (a server, a venv, a loaded pair) runs whole on one worker, which builds it once (two
-    pairs of vLLM servers at once crashed one); other files' tests spread over both workers one by one."""
-    shared = set()
-    for item in items:
-        fixtures = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values()
-        if any(defs[-1].scope == "module" for defs in fixtures):
-            shared.add(item.path)
-    for item in items:
-        if item.path in shared:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
