@@ -22,7 +22,6 @@ from specdemo.models.smollm2 import GGUF_BAR
 from tools.page import (
     CHROMIUM,
     SEED_PROMPT,
-    STATUS_TEXT,
     chromium,
     fill_fresh,
     open_page,
@@ -476,16 +475,15 @@ def test_the_lesson_s_scenes_each_set_up_open_and_race_in_order(page):
     page.screenshot(path=str(ARTIFACTS / "lesson-tab.png"))
     for scene in lesson.SCENES:
         page.get_by_role("tab", name="Lesson").click()
-        before = status(page)
+        watch_status(page)
         page.locator(f"#scene-{scene.key}").click()
         card = page.locator("#scene-card")
         card.get_by_text(scene.title).wait_for(timeout=30_000)
         assert lesson.claim(scene, table).split(";")[0] in card.inner_text().replace("\n", " ")
         race = lesson.race_settings(scene, table)
         if race:  # this scene's race, live (the tests' server records nothing), to its end
-            done = f"t => {{ const s = {STATUS_TEXT}; return s !== t && /✓|⚠/.test(s) && !/●/.test(s); }}"
-            page.wait_for_function(done, arg=before, timeout=300_000)
-            assert "✓ done" in status(page), status(page)
+            shown = wait_finished(page, live=True)
+            assert "✓ done" in shown, shown
             assert page.locator("#prompt textarea").input_value() == race["prompt"]
         page.wait_for_function(f"t => ({SELECTED_TAB})() === t", arg=scene.tab, timeout=10_000)
         spec = page.locator("#speculative-pane")

@@ -116,12 +116,13 @@ def watch_status(page) -> None:
     )
 
 
-def wait_finished(page, timeout=300_000) -> str:
+def wait_finished(page, timeout=300_000, live=False) -> str:
     """After ``watch_status``: wait for this run to have ended (✓ or ⚠) → the status line. A stale redraw of
-    the last status is not taken for it: the run showed ● since, or the text is another."""
+    the last status is not taken for it: the run showed ● since, or the text is another. ``live``: only a run
+    that showed ● (a click that opens the Race tab redraws its status line before the race is even queued)."""
+    started = "window.statusRunning" if live else f"(window.statusRunning || {STATUS_TEXT} !== window.statusBefore)"
     page.wait_for_function(
-        f"() => (window.statusRunning || {STATUS_TEXT} !== window.statusBefore) && /✓|⚠/.test({STATUS_TEXT}) "
-        f"&& !/●/.test({STATUS_TEXT})",
+        f"() => {started} && /✓|⚠/.test({STATUS_TEXT}) && !/●/.test({STATUS_TEXT})",
         timeout=timeout,
     )
     return status(page)
