@@ -1,6 +1,6 @@
 """The package's folders are its layers, and imports point down only:
 
-    cli, ui → app → view → measure → models → decoding → errors, env   (recipes: offline, imported by no runtime layer)
+    cli, ui → app → view → measure → models → decoding → errors, env, files  (recipes: imported by no runtime layer)
 
 A module may import its own layer and any layer below it; nothing outside recipes/ imports a recipe (tools/ may:
 they are offline too), and no two modules import each other."""
@@ -14,6 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "specdemo"
 RANK = {
     "errors": 0,
     "env": 0,
+    "files": 0,
     "decoding": 1,
     "models": 2,
     "measure": 3,

@@ -41,7 +41,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import platform
 import statistics
 import threading
@@ -54,6 +53,7 @@ import torch
 from specdemo.decoding.drafters import Draft, ModelDrafter
 from specdemo.decoding.kv import CachedLM, synchronize
 from specdemo.decoding.sampling import SamplingConfig, to_probs
+from specdemo.files import written_whole
 
 NONE = "none"  # the choice not to draft: a plain target step
 DECAY = 0.97  # λ: a count seen 33 steps ago weighs 1/e
@@ -220,7 +220,7 @@ class AutoDrafter:
     def __init__(self, cost: CostModel, prompt=None, suffix=None, model=None, acceptance: Acceptance | None = None):
         self.cost, self.acceptance = cost, acceptance if acceptance is not None else Acceptance()
         self.sources = {name: d for name, d in (("prompt", prompt), ("suffix", suffix), ("model", model)) if d}
-        # the draft model's last draft: (key, drafted ids, len(tokens) when drafted, each token's top prob., cost)
+        # the draft model's last token-by-token draft: (ids, len(tokens) when drafted, each one's top prob., cost)
         self.last: tuple | None = None
         # every copy offered, taken or not, and a drafted chain: (key, ids, len(tokens) then), judged once the
         # text reaches its end
@@ -234,8 +234,8 @@ class AutoDrafter:
         if self.last is None:  # time passes on every step, so a source written off comes back
             self.acceptance.learn_each([], 0)
         else:
-            key, ids, at, tops, cost = self.last
-            self.acceptance.learn_tokens(key[0], tops, kept_prefix(ids, tokens[at:]), cost)
+            ids, at, tops, cost = self.last
+            self.acceptance.learn_tokens("model", tops, kept_prefix(ids, tokens[at:]), cost)
             self.last = None
         waiting = []
         for key, ids, at in self.offered:
@@ -316,7 +316,7 @@ class AutoDrafter:
         reason += f"{shown}): expected {e:.2f} tokens for {cost:.2f} steps"
         choice.update(gamma=len(ids), expected=e, cost=cost, reason=reason)
         choice["reason"] += "".join(f"; {r}" for r in runner_up)
-        self.last = (("model", None), ids, len(tokens), tops[: len(ids)], cost)  # a draft not sent is learned too
+        self.last = (ids, len(tokens), tops[: len(ids)], cost)  # sent none too: its drafted token was paid for
         return Draft(ids, torch.stack(rows)) if ids else Draft()
 
     def capture(self, first_feed: int) -> None:
@@ -414,8 +414,6 @@ def measure_costs(target_model, draft_model, most: int, cache_file: Path | None 
     seconds = time.perf_counter() - started
     _MEASURED[key] = CostModel(verify, draft, f"measured at start-up in {seconds:.1f} s ({key})", seconds)
     if cache_file:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache_file.with_suffix(f".{os.getpid()}.partial")  # whole or not at all: processes share it
-        partial.write_text(json.dumps(stored | {key: asdict(_MEASURED[key])}, indent=1))
-        partial.replace(cache_file)
+        with written_whole(cache_file) as partial:  # processes share it
+            partial.write_text(json.dumps(stored | {key: asdict(_MEASURED[key])}, indent=1))
     return _MEASURED[key]

@@ -43,6 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdemo.files import written_whole
+
 log = logging.getLogger(__name__)
 
 # Up to this many rows (a step, a verify, a short prompt) the kernel; above it torch's fp32 product on
@@ -104,12 +106,10 @@ def kernels() -> ctypes.CDLL | None:
         path = library_path()
         try:
             if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                partial = path.with_suffix(f".{os.getpid()}.partial")
                 compiler = os.environ.get("CC", "cc")
-                command = [compiler, *compiler_flags(), "-o", str(partial), str(KERNEL_SOURCE)]
-                subprocess.run(command, check=True, capture_output=True, text=True)
-                partial.replace(path)  # whole or not at all
+                with written_whole(path) as partial:
+                    command = [compiler, *compiler_flags(), "-o", str(partial), str(KERNEL_SOURCE)]
+                    subprocess.run(command, check=True, capture_output=True, text=True)
             _kernels["library"] = load_library(path)
         except (OSError, subprocess.CalledProcessError) as error:  # no compiler, …: torch's products stay
             detail = (getattr(error, "stderr", "") or str(error)).strip()

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from specdemo.files import written_whole
+
 TOPICS = (
     "the ocean",
     "volcanoes",
@@ -264,9 +266,8 @@ def ask_instructions(model, tokenizer, n: int, seed: int, taken: set[str], max_t
 def save_shard(shard: dict, path: Path) -> int:
     """Write a shard whole or not at all (a run cut off mid-write leaves no shard to resume from);
     → its answer tokens."""
-    partial = path.with_suffix(".partial")
-    torch.save(shard, partial)
-    partial.rename(path)
+    with written_whole(path) as partial:
+        torch.save(shard, partial)
     return sum(len(r["answer"]) for r in shard["rows"])
 
 
