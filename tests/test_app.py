@@ -280,6 +280,7 @@ def test_losslessness_check_in_the_app():
     assert "p-value" in text and figure is not None
 
 
+@pytest.mark.slow
 def test_losslessness_check_flags_a_wrong_sampler(monkeypatch):
     """A speculative side that samples from the wrong distribution (a colder temperature)
     must be caught: the check is not a rubber stamp."""
@@ -354,6 +355,7 @@ def test_bad_api_input_is_a_clear_error_and_the_next_call_works(client):
     assert len(compare_call(client, gamma=2)["speculative"]["token_ids"]) == 8
 
 
+@pytest.mark.slow
 def test_a_full_queue_refuses_clearly_and_the_server_carries_on(client):
     """48 calls at once against a queue of 32 (SPECDEMO_MAX_QUEUE's default): each one either
     succeeds, correct, or is refused with "Queue is full"; then the server answers normally."""
@@ -378,6 +380,7 @@ def rss_bytes() -> int:
         return int(next(line for line in f if line.startswith("VmRSS")).split()[1]) * 1024
 
 
+@pytest.mark.slow
 def test_memory_stays_flat_over_120_sequential_calls(client):
     for _ in range(10):  # warm up: allocator pools, caches
         compare_call(client, max_new_tokens=4)
@@ -421,6 +424,7 @@ def test_the_api_page_lists_only_the_public_endpoints(client):
     assert endpoints == {"/race", "/compare"}
 
 
+@pytest.mark.slow
 def test_which_method_when_tab_measures_and_explains_each_task():
     figure, table, zoo = tabs.methods_remeasure(settings(), max_new_tokens=8)
     assert figure is not None and "<table class='tasks'>" in table

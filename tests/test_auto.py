@@ -226,7 +226,8 @@ FREE = CostModel([1.0] * 7, {"model": 0.0, "prompt": 5.0, "suffix": 5.0})  # eve
 AUTO_CASES = [
     # the #32867 class: q must be the distribution the draft was drawn from, after temperature / top-k / top-p
     ("far", FREE, SamplingConfig(temperature=0.8, top_k=5, top_p=0.9, seed=21)),
-    ("near", GPU, SamplingConfig(temperature=1.0, seed=22)),  # copies and the model's drafts, mixed
+    # copies and the model's drafts, mixed
+    pytest.param("near", GPU, SamplingConfig(temperature=1.0, seed=22), marks=pytest.mark.slow),
 ]
 
 

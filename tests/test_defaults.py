@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from specdemo.app import tabs
 from specdemo.app.settings import Settings, preset_fields, start_note
 from specdemo.decoding import methods
@@ -50,6 +52,7 @@ def test_the_app_starts_each_preset_with_its_measured_start():
     assert start_note(STORY.name) == ""  # nothing measured: no claim
 
 
+@pytest.mark.slow
 def test_bench_defaults_races_the_candidates_and_stores_the_fastest(tmp_path):
     out = tmp_path / "start.json"
     command = [sys.executable, "-m", "specdemo", "bench", "--defaults", "--preset", STORY.name]

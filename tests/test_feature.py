@@ -111,6 +111,7 @@ def test_control_stale_features_are_caught(target, monkeypatch, depth):
     assert not drafts_match_a_fresh_drafter(target, random_head(target, 3, depth=depth), [1, 5, 9, 13])
 
 
+@pytest.mark.slow
 def test_first_tokens_follow_the_target_distribution():
     """γ = 1, 3 tokens: step 1 reads the prompt, step 2 drafts one token from the target's features
     and tests it by the rule (then a correction or a bonus): the 3-token joint must be the target's."""
@@ -122,6 +123,7 @@ def test_first_tokens_follow_the_target_distribution():
     assert chi2_pvalue(samples, exact_joint(TARGET, PROMPT, sampling, length=3)) > 1e-3
 
 
+@pytest.mark.slow
 def test_second_drafted_position_follows_the_target_distribution():
     """γ = 2, 4 tokens: tokens 3 and 4 come from step 2's two drafts (the second drafted from the
     head's own h): their joint, summed over tokens 1 and 2, must be the target's."""

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # the GPU check's whole run, on this CPU
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -18,6 +18,8 @@ from specdemo.errors import ModelLoadError
 from specdemo.models import PRESETS, ModelCache, encode_prompt, hub, load_pair, presets, smollm2
 from tools.local_hub import LocalHub, tiny_checkpoint
 
+pytestmark = pytest.mark.slow  # SmolLM2 and Qwen from a local hub server, loaded and raced
+
 ROOT = Path(__file__).resolve().parent.parent
 SEED_PROMPT = "What is the purpose of life?"
 WHEEL_GGUF = smollm2.wheel_gguf()

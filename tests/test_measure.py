@@ -34,6 +34,7 @@ def test_two_sample_pvalue_tells_same_from_different():
     assert two_sample_pvalue(Counter({("a",): 10}), Counter({("a",): 10})) == 1.0
 
 
+@pytest.mark.slow
 def test_bench_smoke_on_the_bundled_pair(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("once upon a time, there was a little\ntom had a red ball.\n")
@@ -119,6 +120,7 @@ def test_bench_rejects_bad_gammas():
     assert r.returncode == 2 and "between 1 and 32" in r.stderr
 
 
+@pytest.mark.slow
 def test_profile_command_prints_the_verify_cost_curve_split_by_part():
     r = subprocess.run(
         [sys.executable, "-m", "specdemo", "profile", "--preset", "bundled-tinystories"]
@@ -200,6 +202,7 @@ def test_the_task_suite_has_every_task_type_with_at_least_eight_prompts():
     assert all("def " in e for e in tasks["code-edit"]) and all("Text:" in e for e in tasks["extract"])
 
 
+@pytest.mark.slow
 def test_bench_tasks_prints_methods_by_task_and_marks_the_best(tmp_path):
     out = tmp_path / "tasks.json"
     r = subprocess.run(

@@ -18,6 +18,8 @@ import pytest
 
 from specdemo.view.report import RECORDED, SOURCES
 
+pytestmark = pytest.mark.slow  # each measuring command run at its smallest size
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "tools" / "README.md"]
 BUNDLED = ["--preset", "bundled-tinystories"]

@@ -114,6 +114,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft_name, method, sampling", CASES, ids=lambda c: str(c))
 def test_first_two_tokens_follow_the_target_distribution(draft_name, method, sampling):
     draft = DRAFTS[draft_name]()
@@ -125,6 +126,7 @@ def test_first_two_tokens_follow_the_target_distribution(draft_name, method, sam
     assert pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_suffix_decodings_tree_follows_the_target_distribution():
     """A prompt where "1 2" went on two ways: the suffix tree proposes both branches at once
     (one-hot candidates, tested in turn by the multi-round rule)."""

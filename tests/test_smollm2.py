@@ -73,6 +73,7 @@ def test_the_presets_compact_fp32_runs_the_ggufs_blocks_and_stays_token_identica
         assert (mine.forward([token]) - theirs.forward([token])).abs().max() < 1e-3
 
 
+@pytest.mark.slow
 def test_first_two_tokens_follow_the_target_distribution(pair):
     """χ² on 2 tokens with the reduced-vocabulary draft; top-k 5 keeps the joint enumerable
     (25 pairs: p(x1) on the top 5, then p(x2 | x1) on its own top 5)."""
@@ -104,6 +105,7 @@ def test_first_two_tokens_follow_the_target_distribution(pair):
     assert pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_bfloat16_divergence_is_found_and_explained_as_a_near_tie():
     """bf16: the verify's batched rounding flips near-ties, so greedy outputs can part ways.
     The explainer must name the FIRST differing position and show it is a near-tie."""
@@ -154,6 +156,7 @@ def test_app_runs_the_seed_prompt_on_smollm2():
     assert out["baseline_title"] == "### Baseline: the target alone"
 
 
+@pytest.mark.slow
 def test_the_target_asks_itself_new_instructions_for_its_training_data(pair):
     """Magpie: fed the chat template up to the user turn, SmolLM2 writes what a user would ask.
     Kept turns are finished, new and never a held-out prompt of the repo (``taken``)."""

@@ -23,6 +23,8 @@ from specdemo.app.settings import start_note
 from specdemo.models import PRESETS, smollm2
 from tools.local_hub import LocalHub, tiny_checkpoint
 
+pytestmark = pytest.mark.slow  # a Space's venv built from PyPI, started and raced
+
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 7860  # a Space serves here
 SEED_PROMPT = "What is the purpose of life?"

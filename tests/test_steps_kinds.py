@@ -107,6 +107,7 @@ def test_compiled_steps_give_the_same_tokens(pair, method, monkeypatch):
         assert {s.draft_choice["source"] for s in spec.steps} - {auto.NONE}  # it drafted
 
 
+@pytest.mark.slow
 def test_steps_compiled_ahead_of_time_give_the_same_tokens(pair, monkeypatch):
     """torch.export + AOTInductor (aot.py): one package per model, its cache and position as inputs.
     Fused kernels may sum in another order: the check is against the baseline on the same package's steps

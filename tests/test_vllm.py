@@ -270,6 +270,7 @@ def stream_ids(url: str, prompt_ids, max_tokens=64) -> list[int]:
 
 
 @pytest.mark.vllm
+@pytest.mark.slow
 @needs_vllm
 def test_both_servers_and_specdemo_give_the_same_greedy_text(servers, smollm2_target, prompt_ids):
     from specdemo.decoding.engine import DecodeConfig, baseline_steps, run_all
@@ -283,6 +284,7 @@ def test_both_servers_and_specdemo_give_the_same_greedy_text(servers, smollm2_ta
 
 
 @pytest.mark.vllm
+@pytest.mark.slow
 @needs_vllm
 def test_the_speculative_server_accepts_drafts_and_the_roles_are_checked(servers, prompt_ids):
     urls, _ = servers
@@ -299,6 +301,7 @@ def test_the_speculative_server_accepts_drafts_and_the_roles_are_checked(servers
 
 
 @pytest.mark.vllm
+@pytest.mark.slow
 @needs_vllm
 def test_bench_rows_through_the_backend(servers, smollm2_target, prompt_ids):
     from specdemo.measure.bench import run_bench
@@ -319,6 +322,7 @@ def test_bench_rows_through_the_backend(servers, smollm2_target, prompt_ids):
 
 
 @pytest.mark.vllm
+@pytest.mark.slow
 @needs_vllm
 def test_the_apps_race_runs_through_the_backend(servers, smollm2_target):
     from specdemo.app import race_tab
@@ -340,6 +344,7 @@ def test_the_apps_race_runs_through_the_backend(servers, smollm2_target):
 
 
 @pytest.mark.vllm
+@pytest.mark.slow
 @needs_vllm
 def test_vllms_speculative_server_races_specdemos_own_engine(servers, smollm2_target, prompt_ids):
     """One engine against another on the same prompt: vLLM's speculative server on the left, this
@@ -377,6 +382,7 @@ def test_vllms_speculative_server_races_specdemos_own_engine(servers, smollm2_ta
 
 
 @pytest.mark.vllm
+@pytest.mark.slow
 @needs_vllm
 def test_the_race_reads_acceptance_from_the_servers_counters(servers, smollm2_target, prompt_ids):
     from specdemo.app.live import run_race
@@ -394,6 +400,7 @@ def test_the_race_reads_acceptance_from_the_servers_counters(servers, smollm2_ta
 
 
 @pytest.mark.vllm
+@pytest.mark.slow
 @needs_vllm
 def test_a_server_killed_mid_race_and_a_dead_one_are_one_status_line(servers, smollm2_target, prompt_ids):
     """The last test of the module (the fixture only reaps what it kills): the speculative server

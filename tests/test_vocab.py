@@ -64,6 +64,7 @@ def test_greedy_with_a_reduced_draft_is_token_identical_to_generate(llama_pair, 
     assert any(t >= VOCAB // 2 for t in expected), "the check needs target tokens outside the subset"
 
 
+@pytest.mark.slow
 def test_reduced_draft_sampling_follows_the_target_and_corrections_leave_the_subset():
     subset = [0, 1, 2]  # 3 of 8 tokens: the correction must produce the other 5
     draft = ReducedVocabLM(small_llama(7, 1.0), subset)

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import gradio as gr
+import pytest
 
 from specdemo.app import api, durations, inspector, race_tab, tabs
 from specdemo.app import settings as app_settings
@@ -38,6 +39,7 @@ def zero_gpu_session(script: str, **env) -> dict:
     return json.loads(lines[0][len("RESULT ") :])
 
 
+@pytest.mark.slow
 def test_the_app_keeps_the_zero_gpu_contract():
     out = zero_gpu_session("zero_gpu_session.py")
     assert out["imported_before_spaces"] == []  # `import spaces` comes first in app.py
@@ -54,6 +56,7 @@ def test_the_app_keeps_the_zero_gpu_contract():
     assert all(0 < seconds <= durations.MAX_GPU_SECONDS for _, seconds in out["calls"])
 
 
+@pytest.mark.slow
 def test_a_zero_gpu_space_compiles_its_steps_ahead_of_time_once_and_every_race_runs_them(tmp_path):
     """SPECDEMO_STEPS=aot: one start-up GPU call (a forked worker) exports and compiles each preloaded
     model's step; its packages come back by pickle, and a race's worker (another fork) runs them: the
