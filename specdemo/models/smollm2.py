@@ -18,12 +18,11 @@ Resolution order (``models.load_model`` asks for the hub id ``HuggingFaceTB/Smol
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 from pathlib import Path
 
 from specdemo import env
 from specdemo.errors import ModelLoadError
+from specdemo.files import remove, written_whole
 from specdemo.models import hub
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -112,15 +111,13 @@ def conversion_progress() -> float | None:
 def convert_gguf(gguf: Path, out: Path) -> Path:
     """Dequantize the GGUF into an fp32 safetensors checkpoint (+ tokenizer) in ``out``.
 
-    The folder is written beside its final name and renamed at the end, so an interrupted
-    conversion never leaves a half-written model that would be loaded next time; each process
-    writes its own, so two converting at once (a test suite's workers) never meet half-way."""
+    The folder is written whole (``files.written_whole``), so an interrupted conversion never leaves a
+    half-written model that would be loaded next time, and two processes converting at once (a test suite's
+    workers) never meet half-way."""
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
     bar = tqdm(total=CONVERSION_STAGES, desc="SmolLM2: converting the GGUF once (≈ 30 s)", unit="stage")
 
     def stage_done() -> None:
@@ -129,29 +126,27 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
 
     converting["stages_done"] = 0
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        stage_done()
-        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-        stage_done()
-        # transformers refuses to save a GGUF-loaded model: copy its (dequantized) weights into a
-        # plain model of the same config, without the GGUF's quantization entry.
-        config = loaded.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        model.load_state_dict(loaded.state_dict())
-        model.generation_config = loaded.generation_config
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        stage_done()
+        with written_whole(out) as tmp:
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            stage_done()
+            loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+            stage_done()
+            # transformers refuses to save a GGUF-loaded model: copy its (dequantized) weights into a
+            # plain model of the same config, without the GGUF's quantization entry.
+            config = loaded.config
+            if hasattr(config, "quantization_config"):
+                del config.quantization_config
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            model.load_state_dict(loaded.state_dict())
+            model.generation_config = loaded.generation_config
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            stage_done()
+            if is_complete(out):  # another process finished first: its copy is the same, and may be loading
+                remove(tmp)
     finally:
         bar.close()
         converting["stages_done"] = None
-    if is_complete(out):  # another process finished first: its copy is the same, and may be loading
-        shutil.rmtree(tmp, ignore_errors=True)
-        return out
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
     return out
 
 
