@@ -222,6 +222,14 @@ needs_vllm = pytest.mark.skipif(
     not vllm.vllm_python().exists(),
     reason=f"no vLLM environment at {vllm.vllm_python()} (.ci/run creates it; or set SPECDEMO_VLLM_PYTHON)",
 )
+
+
+def on_live_servers(test):
+    """A test against vLLM's real servers: marked vllm, in the slow tier (the servers take about a minute to
+    start), skipped where the vLLM environment is missing."""
+    return pytest.mark.vllm(pytest.mark.slow(needs_vllm(test)))
+
+
 SPEC_TOKENS = 4
 PROMPT = "Rewrite this sentence in the passive voice: The cat chased the mouse across the garden."
 
@@ -269,9 +277,7 @@ def stream_ids(url: str, prompt_ids, max_tokens=64) -> list[int]:
     return [i for d in vllm.stream_token_deltas(url, vllm.served_model(url), prompt_ids, max_tokens) for i in d]
 
 
-@pytest.mark.vllm
-@pytest.mark.slow
-@needs_vllm
+@on_live_servers
 def test_both_servers_and_specdemo_give_the_same_greedy_text(servers, smollm2_target, prompt_ids):
     from specdemo.decoding.engine import DecodeConfig, baseline_steps, run_all
 
@@ -283,9 +289,7 @@ def test_both_servers_and_specdemo_give_the_same_greedy_text(servers, smollm2_ta
     assert stream_ids(urls["speculative"], ids) == ours
 
 
-@pytest.mark.vllm
-@pytest.mark.slow
-@needs_vllm
+@on_live_servers
 def test_the_speculative_server_accepts_drafts_and_the_roles_are_checked(servers, prompt_ids):
     urls, _ = servers
     ids = prompt_ids
@@ -300,9 +304,7 @@ def test_the_speculative_server_accepts_drafts_and_the_roles_are_checked(servers
         vllm.check_role(urls["baseline"], speculative=True)
 
 
-@pytest.mark.vllm
-@pytest.mark.slow
-@needs_vllm
+@on_live_servers
 def test_bench_rows_through_the_backend(servers, smollm2_target, prompt_ids):
     from specdemo.measure.bench import run_bench
 
@@ -321,9 +323,7 @@ def test_bench_rows_through_the_backend(servers, smollm2_target, prompt_ids):
     assert spec["over_vllm_baseline"] > 0
 
 
-@pytest.mark.vllm
-@pytest.mark.slow
-@needs_vllm
+@on_live_servers
 def test_the_apps_race_runs_through_the_backend(servers, smollm2_target):
     from specdemo.app import race_tab
     from specdemo.app.settings import Settings
@@ -343,9 +343,7 @@ def test_the_apps_race_runs_through_the_backend(servers, smollm2_target):
     assert "vLLM" in final["baseline_title"] and "vLLM" in final["speculative_title"]
 
 
-@pytest.mark.vllm
-@pytest.mark.slow
-@needs_vllm
+@on_live_servers
 def test_vllms_speculative_server_races_specdemos_own_engine(servers, smollm2_target, prompt_ids):
     """One engine against another on the same prompt: vLLM's speculative server on the left, this
     process's speculative decoding (the draft model) on the right; the same greedy text."""
@@ -381,9 +379,7 @@ def test_vllms_speculative_server_races_specdemos_own_engine(servers, smollm2_ta
     assert "identical to vLLM speculative" in shown["summary"] and "✓" in shown["summary"]
 
 
-@pytest.mark.vllm
-@pytest.mark.slow
-@needs_vllm
+@on_live_servers
 def test_the_race_reads_acceptance_from_the_servers_counters(servers, smollm2_target, prompt_ids):
     from specdemo.app.live import run_race
     from specdemo.decoding.engine import DecodeConfig
@@ -399,9 +395,7 @@ def test_the_race_reads_acceptance_from_the_servers_counters(servers, smollm2_ta
     assert final.server_acceptance[-1] == (len(final.speculative), summary["acceptance_rate"])
 
 
-@pytest.mark.vllm
-@pytest.mark.slow
-@needs_vllm
+@on_live_servers
 def test_a_server_killed_mid_race_and_a_dead_one_are_one_status_line(servers, smollm2_target, prompt_ids):
     """The last test of the module (the fixture only reaps what it kills): the speculative server
     dies while the race streams from it, then the baseline server is found dead before a request."""
