@@ -108,11 +108,12 @@ def watch_status(page) -> None:
     """Watch the status line from now on: whether a run showed ● (a live race always does, however fast), and
     its text now (a recording shown at once changes it without a ●)."""
     # the whole page is observed: opening the Race tab (a Lesson scene does) mounts a new status line
+    # one observer a page: a call resets its flag rather than adding another
     page.evaluate(
         f"() => {{ window.statusBefore = {STATUS_TEXT}; window.statusRunning = false; "
-        "new MutationObserver(() => { if (/●/.test(document.querySelector('#status')?.innerText)) "
-        "window.statusRunning = true; }).observe(document.body, "
-        "{subtree: true, childList: true, characterData: true}); }"
+        "window.statusObserver ??= new MutationObserver(() => { "
+        "if (/●/.test(document.querySelector('#status')?.innerText)) window.statusRunning = true; }); "
+        "window.statusObserver.observe(document.body, {subtree: true, childList: true, characterData: true}); }"
     )
 
 
