@@ -240,13 +240,14 @@ def test_bench_tasks_prints_methods_by_task_and_marks_the_best(tmp_path):
 
 def test_tasks_ask_the_chat_prompts_again_and_only_suffix_decoding_remembers(llama_pair):
     """chat-again: the chat prompts a second time with the store the chat row filled; every other
-    task starts empty (the control: the same prompts under another task name gain nothing)."""
+    task, and every repeat of one, starts empty (the control: the same prompts under another task name, or in
+    the chat row's own second and third passes, gain nothing: the kept pass is the median of three)."""
     from specdemo.measure.tasks import REPEATED, format_tasks, run_tasks
 
     target, draft = llama_pair
     prompts = [[1, 5, 7, 9, 11], [3, 3, 40, 41, 42]]
     drafters = {"draft": (draft, 2, "draft"), "suffix": (None, 8, "suffix")}
-    result = run_tasks(target, drafters, {"chat": prompts, "story": prompts}, 40, set(), progress=False)
+    result = run_tasks(target, drafters, {"chat": prompts, "story": prompts}, 40, set(), progress=False, repeats=3)
     rows = {(r["task"], r["method"]): r for r in result["rows"]}
     assert (REPEATED, "suffix") in rows and (REPEATED, "draft") not in rows
     assert rows[(REPEATED, "suffix")]["tau"] > 2 * rows[("chat", "suffix")]["tau"]

@@ -32,7 +32,7 @@ SMOKE = {
     ],
     SOURCES["assets/tasks/smollm2-135m.json"]: [
         "-m", "specdemo", "bench", *BUNDLED, "--tasks", "--methods", "draft,prompt-lookup", "--max-new-tokens", "8",
-        "--out", "{out}",
+        "--repeats", "1", "--out", "{out}",
     ],
     SOURCES["docs/results/bench_bundled.json"]: [
         "-m", "specdemo", "bench", *BUNDLED, "--gammas", "2", "--max-new-tokens", "8", "--repeats", "1",
@@ -40,7 +40,7 @@ SMOKE = {
     ],
     SOURCES["docs/results/auto_tasks.json"]: [
         "-m", "specdemo", "bench", *BUNDLED, "--tasks", "--split", "held-out", "--task-names", "rewrite",
-        "--methods", "prompt-lookup,auto", "--max-new-tokens", "8", "--out", "{out}",
+        "--methods", "prompt-lookup,auto", "--max-new-tokens", "8", "--repeats", "1", "--out", "{out}",
     ],
     SOURCES["docs/results/suffix_index.json"]: [
         "-m", "tools.suffix_index_compare", *BUNDLED, "--max-new-tokens", "8", "--out", "{out}",

@@ -131,8 +131,13 @@ def cmd_tasks(args) -> None:
         if gamma is not None:
             drafters[m] = (drafters[m][0], gamma, drafters[m][2])
     ids = encode_tasks(pair.tokenizer, tasks, not args.no_chat_template)
-    result = run_tasks(pair.target, drafters, ids, args.max_new_tokens, pair.eos, progress=not args.json)
-    result |= {"preset": args.preset, "gammas": {m: g for m, (_, g, _) in drafters.items()}, "split": args.split}
+    result = run_tasks(pair.target, drafters, ids, args.max_new_tokens, pair.eos, not args.json, args.repeats)
+    result |= {
+        "repeats": args.repeats,
+        "preset": args.preset,
+        "gammas": {m: g for m, (_, g, _) in drafters.items()},
+        "split": args.split,
+    }
     result |= {"machine": machine()}  # where and when
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
@@ -168,6 +173,8 @@ def cmd_defaults(args) -> None:
 
 
 def cmd_bench(args) -> None:
+    if args.repeats < 1:
+        raise InputError("--repeats must be ≥ 1")
     if args.tasks:
         return cmd_tasks(args)
     if args.defaults:
@@ -177,8 +184,6 @@ def cmd_bench(args) -> None:
     from specdemo.view.plots import gamma_sweep_figure
 
     gammas = whole_numbers(args.gammas, "--gammas")
-    if args.repeats < 1:
-        raise InputError("--repeats must be ≥ 1")
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
     if unknown := set(engines) - set(all_engines()):
         raise InputError(f"unknown engine(s) {', '.join(sorted(unknown))}: choose from {', '.join(all_engines())}")

@@ -98,10 +98,13 @@ def method_row(task: str, method: str, row, baseline) -> dict:
     }
 
 
-def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new_tokens: int, eos, progress=True):
-    """``drafters``: {method: (draft model or None, γ, engine method)}; ``tasks``: {task: [ids]}.
-    Suffix decoding starts every task with an empty store (single-pass numbers, in any order);
-    with the chat task and a suffix method, the row ``chat-again`` asks the chat prompts a second
+def run_tasks(
+    target, drafters: dict, tasks: dict[str, list[list[int]]], max_new_tokens: int, eos, progress=True, repeats=1
+):
+    """``drafters``: {method: (draft model or None, γ, engine method)}; ``tasks``: {task: [ids]}; each cell the
+    median of ``repeats`` interleaved passes over the task's prompts.
+    Suffix decoding starts every task, and every repeat of one, with an empty store (single-pass numbers, in any
+    order); with the chat task and a suffix method, the row ``chat-again`` asks the chat prompts a second
     time with the store the first pass filled (the other methods keep nothing: not rerun).
     Returns {"rows": [...], "best": {task: method}}."""
     started = time.perf_counter()
@@ -114,7 +117,7 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
     total += len(tasks["chat"]) * (1 + len(suffix_methods)) if again else 0
     bar = tqdm(total=total, desc="methods × tasks", unit="run", disable=not progress)
 
-    def measure(task, prompts, methods):
+    def measure(task, prompts, methods, keep_store=False):
         alone = lambda p: baseline_steps(target, p, base_cfg, eos)
         jobs = [SpecdemoJob("specdemo-baseline", None, alone, target.device)]
         for method in methods:
@@ -122,8 +125,9 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
             cfg = replace(base_cfg, gamma=gamma, method=engine_method)
             store = stores.setdefault(method, SuffixStore()) if registry.get(engine_method).suffix_store else None
             make = lambda p, d=draft, c=cfg, s=store: decode_steps(target, d, p, c, eos, store=s)
-            jobs.append(SpecdemoJob(method, gamma, make, target.device))
-        baseline, *measured = time_interleaved(jobs, prompts, 1, bar)
+            empty = store.reset if store is not None and not keep_store else None
+            jobs.append(SpecdemoJob(method, gamma, make, target.device, before_repeat=empty))
+        baseline, *measured = time_interleaved(jobs, prompts, repeats, bar)
         rows.extend(method_row(task, row.engine, row, baseline) for row in measured)
         best[task] = max((r for r in rows if r["task"] == task), key=lambda r: r["speedup"])["method"]
 
@@ -136,7 +140,7 @@ def run_tasks(target, drafters: dict, tasks: dict[str, list[list[int]]], max_new
             store.reset()
         measure(task, prompts, list(drafters))
         if task == "chat" and again:  # before the next task empties the stores the chat row filled
-            measure(REPEATED, prompts, suffix_methods)
+            measure(REPEATED, prompts, suffix_methods, keep_store=True)
     bar.close()
     return {"rows": rows, "best": best, "max_new_tokens": max_new_tokens, "seconds": time.perf_counter() - started,
             "startup_s": startup}  # fmt: skip

@@ -33,7 +33,7 @@ SOURCES = {
     ),
     lesson.AUTO_TABLE: (
         "python -m specdemo bench --preset smollm2-135m --tasks --split held-out "
-        f"--methods draft,prompt-lookup,suffix,hybrid,auto --max-new-tokens 48 --out {lesson.AUTO_TABLE}"
+        f"--methods draft,prompt-lookup,suffix,hybrid,auto --max-new-tokens 48 --repeats 3 --out {lesson.AUTO_TABLE}"
     ),
     "docs/results/suffix_index.json": "python -m tools.suffix_index_compare --out docs/results/suffix_index.json",
     "docs/results/steps_cpu.json": "python -m tools.steps_compare --out docs/results/steps_cpu.json",
