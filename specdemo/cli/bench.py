@@ -41,7 +41,9 @@ def add_parsers(sub) -> None:
         help=f"comma-separated, from {', '.join(all_engines())} (specdemo-baseline always runs; vllm-* need servers)",
     )
     bench.add_argument("--max-new-tokens", type=int, default=64)
-    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument(
+        "--repeats", type=int, default=3, help="interleaved passes over the prompts, the median kept (not --defaults)"
+    )
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--csv", default=None)
     bench.add_argument("--plot", default=None, help="write the speedup-vs-γ figure as HTML")
