@@ -115,6 +115,7 @@ def run_tasks(
     # one tick per generation: every prompt runs the baseline and each method
     total = sum(len(prompts) for prompts in tasks.values()) * (1 + len(drafters))
     total += len(tasks["chat"]) * (1 + len(suffix_methods)) if again else 0
+    total *= repeats
     bar = tqdm(total=total, desc="methods × tasks", unit="run", disable=not progress)
 
     def measure(task, prompts, methods, keep_store=False):
