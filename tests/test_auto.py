@@ -54,6 +54,18 @@ def test_a_long_copy_is_taken_over_the_model_and_its_length_bounds_gamma():
     assert choice["expected"] > 3 and choice["cost"] == pytest.approx(CPU.verify[3])
 
 
+def test_a_draft_model_that_must_catch_up_on_a_long_copy_pays_for_it_first():
+    """Its cache lags every token other sources drafted: a prefill of them comes before its first token. The
+    same acceptance pays with a cache one token behind (a draft the step before) and not 60 behind."""
+    acceptance = taught({("model", 0): 0.5})
+    lagging = CostModel(CPU.verify, CPU.draft, {"model": 0.01})
+    assert lagging.catch_up("model", 1) == 0 and lagging.catch_up("model", 61) == pytest.approx(0.6)
+    assert choose(lagging, acceptance, {"model": (6, 0)}, {"model": 1})["source"] == "model"
+    behind = choose(lagging, acceptance, {"model": (6, 0)}, {"model": 61})
+    assert behind["source"] == auto.NONE and "draft model γ 2 would give" in behind["reason"]
+    assert choose(CPU, acceptance, {"model": (6, 0)}, {"model": 61})["source"] == "model"  # the control: f = 0
+
+
 def test_a_switched_off_source_is_tried_again():
     """Its counts decay while it is not drafted and its optimism grows: exploration comes back to it."""
     acceptance = taught({("model", 0): 0.2}, steps=50)
@@ -131,6 +143,9 @@ class Scripted(ModelDrafter):
         q = torch.full((1, self.vocab), (1 - top) / (self.vocab - 1))
         q[0, 3] = top
         return engine.Draft([3], q)
+
+    def lag(self, tokens):
+        return 1  # its cache always holds all but the last token
 
 
 def paying(steps: int = 50) -> Acceptance:
@@ -219,6 +234,7 @@ def test_the_start_up_measurement_is_timed_and_cached(tmp_path, llama_pair):
     cost = auto.measure_costs(target, draft, 6)
     assert len(cost.verify) == 7 and cost.verify[0] == 1.0 and all(v > 0 for v in cost.verify)
     assert 0 < cost.draft["model"] < 2 and cost.seconds > 0 and f"in {cost.seconds:.1f} s" in cost.where
+    assert 0 <= cost.feed["model"] < cost.draft["model"]  # a token taken in with others costs less than alone
     assert auto.measure_costs(target, draft, 6) is cost  # once per process
 
 

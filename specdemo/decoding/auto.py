@@ -4,12 +4,15 @@ Each step it asks the model-free sources (prompt lookup, the suffix store) what 
 matching), then picks the (source, k) with the most expected tokens per unit of time:
 
     E(s, k)    = 1 + Σ_{i=1..k} Π_{j=1..i} â_s,j          (the kept drafts, plus the target's own token)
-    cost(s, k) = t_v(1+k)/t_t + k·c_s                     (in target steps; k = 0 is a plain step: E = cost = 1)
+    cost(s, k) = t_v(1+k)/t_t + k·c_s + (L_s − 1)⁺·f_s      (in target steps; k = 0 is a plain step: E = cost = 1)
     â_s,b,j    = (kept + m·p̄_s,b,j)/(tried + m) + κ/sqrt(1 + T_s,j)   (counts decay by λ per step)
     p̄_s,b,j    = (K_s,j − kept + m·r_s,j−1)/(T_s,j − tried + m)  (the source's other buckets: this one's prior)
     r_s,j      = (K_s,j + m·r_s,j−1)/(T_s,j + m),  r_s,0 = r₀      (the source's rate, shrunk to the last position's)
 
-where â_s,b,j is source s's chance of keeping position j given positions < j were kept, in signal bucket b (the
+where L_s is how many tokens the draft model's cache must take in first (one or two when it drafted the step
+before; every token since, when other sources drafted) and f_s what each token past the first adds (measured at
+start-up with c: a prefill, far cheaper a token than c, but a model idle for 40 tokens pays about 2c on SmolLM2),
+â_s,b,j is source s's chance of keeping position j given positions < j were kept, in signal bucket b (the
 suffix match's length, prompt lookup's n-gram size), and K, T are the source's counts over all its buckets: a
 source refused in one bucket is doubted in the others, and a bucket's own counts take over after m tries. The
 prior leaves the bucket's own counts out, or each try would count twice (a one-bucket source, the draft model,
@@ -77,6 +80,7 @@ class CostModel:
 
     verify: list[float]
     draft: dict[str, float] = field(default_factory=dict)
+    feed: dict[str, float] = field(default_factory=dict)  # f_s: a token its cache catches up on, past the first
     where: str = "given"  # what measured it
     seconds: float = 0.0  # what measuring it took (the start-up's target: ≤ 3 s; printed by bench --tasks)
 
@@ -84,6 +88,10 @@ class CostModel:
         """k tokens verified; ``drafted`` tokens paid for (default k: a drafted token not sent is paid too)."""
         drafted = k if drafted is None else drafted
         return self.verify[min(k, len(self.verify) - 1)] + drafted * self.draft.get(source, 0.0)
+
+    def catch_up(self, source: str, lag: int) -> float:
+        """What drafting from ``source`` first costs when its cache lags ``lag`` tokens (one is in c)."""
+        return max(0, lag - 1) * self.feed.get(source, 0.0)
 
 
 @dataclass
@@ -191,17 +199,20 @@ def expected_tokens(rates: list[float], alive: float = 1.0, total: float = 1.0) 
     return total
 
 
-def choose(cost: CostModel, acceptance: Acceptance, offers: dict[str, tuple[int, int]]) -> dict:
+def choose(cost: CostModel, acceptance: Acceptance, offers: dict[str, tuple[int, int]], lags=None) -> dict:
     """The best (source, k) by expected tokens per target step. ``offers``: source → (most tokens it can
-    draft, its signal bucket). Returns the choice with its reason, in words an attendee reads."""
+    draft, its signal bucket); ``lags``: source → tokens its cache lags. Returns the choice with its reason, in
+    words an attendee reads."""
+    lags = lags or {}
     options = [(1.0, 1.0, 1.0, NONE, 0, 0)]  # (tokens per step, tokens, steps, source, k, bucket)
     for source, (most, bucket) in offers.items():
+        first = cost.catch_up(source, lags.get(source, 1))
         if bucket is None:  # token by token: its γ is chosen as it drafts
             e, c = acceptance.step_value(source, 1 + FIRST_RATE, cost.step(source, 1))
-            options.append((e / c, e, c, source, 1, None))
+            options.append((e / (c + first), e, c + first, source, 1, None))
             continue
         for k in range(1, most + 1):
-            e, c = acceptance.expected((source, bucket), k), cost.step(source, k)
+            e, c = acceptance.expected((source, bucket), k), cost.step(source, k) + first
             options.append((e / c, e, c, source, k, bucket))
     rate, e, steps, source, k, bucket = max(options, key=lambda o: o[0])
     runner_up = max((o for o in options if o[3] != source), key=lambda o: o[0], default=None)
@@ -256,14 +267,17 @@ class AutoDrafter:
                 if draft:
                     found[name] = draft
                     offers[name] = (len(draft), min(getattr(self.sources[name], "match_len", 0), 4))
+        lags = {}
         if "model" in self.sources and n > 0:
             offers["model"] = (n, None if self.one_at_a_time else 0)  # None: by its top probability, token by token
-        choice = choose(self.cost, self.acceptance, offers)
+            if self.one_at_a_time:
+                lags["model"] = self.sources["model"].lag(tokens)
+        choice = choose(self.cost, self.acceptance, offers, lags)
         k = choice["gamma"]
         if k == 0:
             draft = Draft()
         elif choice["source"] == "model" and self.one_at_a_time:
-            draft = self.draft_while_it_pays(tokens, n, sampling, generator, choice)
+            draft = self.draft_while_it_pays(tokens, n, sampling, generator, choice, lags["model"])
         elif choice["source"] == "model":
             draft = self.sources["model"].propose(tokens, k, sampling, generator)
         else:
@@ -281,11 +295,13 @@ class AutoDrafter:
         """A draft model with its own cache drafts a token a call: its top probability decides the next one."""
         return isinstance(self.sources.get("model"), ModelDrafter)
 
-    def draft_while_it_pays(self, tokens: list[int], most: int, sampling: SamplingConfig, generator, choice) -> Draft:
+    def draft_while_it_pays(self, tokens: list[int], most: int, sampling, generator, choice, lag: int) -> Draft:
         """The draft model, a token at a time, while the expected tokens per step grow (the rule in the module's
-        docstring). Each stop reads π_i, known before token i is drawn: q stays the q it was drawn from."""
+        docstring). Each stop reads π_i, known before token i is drawn: q stays the q it was drawn from. Its
+        catch-up is paid whatever it drafts: in every step's cost alike, it only makes a longer draft pay sooner."""
         model, a = self.sources["model"], self.acceptance
-        step = lambda sent, drafted: self.cost.step("model", sent, drafted)  # noqa: E731
+        first = self.cost.catch_up("model", lag)
+        step = lambda sent, drafted: self.cost.step("model", sent, drafted) + first  # noqa: E731
         ids, rows, tops = [], [], []
         e, alive = 1.0, 1.0  # E and A over the tokens taken
         later = a.average_rate("model")  # a token not yet drafted: the model's average
@@ -310,13 +326,15 @@ class AutoDrafter:
             if ahead <= now:
                 break
         cost = step(len(ids), len(tops))
+        caught_up = f", {lag} tokens caught up on first" if first else ""
         shown = ", ".join(f"{t:.2f}" for t in tops)
         _, *runner_up = choice["reason"].split("; ", 1)
         reason = f"γ {len(ids)} from {LABELS['model']}, token by token while sure enough (its top probabilities "
-        reason += f"{shown}): expected {e:.2f} tokens for {cost:.2f} steps"
+        reason += f"{shown}{caught_up}): expected {e:.2f} tokens for {cost:.2f} steps"
         choice.update(gamma=len(ids), expected=e, cost=cost, reason=reason)
         choice["reason"] += "".join(f"; {r}" for r in runner_up)
-        self.last = (ids, len(tokens), tops[: len(ids)], cost)  # sent none too: its drafted token was paid for
+        # sent none too: its drafted token was paid for; the catch-up is not its steps' own (choose adds it anew)
+        self.last = (ids, len(tokens), tops[: len(ids)], cost - first)
         return Draft(ids, torch.stack(rows)) if ids else Draft()
 
     def capture(self, first_feed: int) -> None:
@@ -362,19 +380,20 @@ def pair_name(target_model, draft_model) -> str:
 def cost_key(target_model, draft_model, most: int) -> str:
     """This machine and pair."""
     pair = pair_name(target_model, draft_model)
-    return f"{platform.machine()} {platform.processor()} | {pair} | k≤{most} | {CONTEXT} cached"
+    return f"{platform.machine()} {platform.processor()} | {pair} | k≤{most} | {CONTEXT} cached | fed {CATCH_UP}"
 
 
 CONTEXT = 128  # tokens cached before a timed step: a chat prompt and part of its answer (attention grows with it)
-ROUNDS = 7  # interleaved rounds: every k timed once a round, so a machine's drift slows every k alike
+CATCH_UP = 32  # tokens a draft takes in at once, timed for f: about what it lags after a few copied steps
+ROUNDS = 5  # interleaved rounds: every k timed once a round, so a machine's drift slows every k alike
 
 
-def step_seconds(lm: CachedLM, new: int) -> float:
-    """One step as the engine takes it: a forward of ``new`` tokens, their probabilities and argmax (the
-    acceptance rule's work), the cache rolled back after."""
+def step_seconds(lm: CachedLM, new: int, keep: int | None = None) -> float:
+    """One step as the engine takes it: a forward of ``new`` tokens, the probabilities and argmax of the last
+    ``keep`` (all: the acceptance rule's work; 1: a draft's), the cache rolled back after."""
     synchronize(lm.device)
     start = time.perf_counter()
-    to_probs(lm.forward(list(range(1, new + 1)), keep=new), SamplingConfig()).argmax(-1).tolist()
+    to_probs(lm.forward(list(range(1, new + 1)), keep=keep or new), SamplingConfig()).argmax(-1).tolist()
     synchronize(lm.device)
     seconds = time.perf_counter() - start
     lm.rollback_to(CONTEXT)
@@ -382,8 +401,8 @@ def step_seconds(lm: CachedLM, new: int) -> float:
 
 
 def measure_costs(target_model, draft_model, most: int, cache_file: Path | None = None) -> CostModel:
-    """t_v(1+k)/t_t for k ≤ ``most`` and c of a draft step, on eager steps after a CONTEXT-token cache (a second
-    or two on a CPU; once per process, and once per machine with ``cache_file``)."""
+    """t_v(1+k)/t_t for k ≤ ``most``, c of a draft step and f of a token it catches up on, on eager steps after a
+    CONTEXT-token cache (a second or two on a CPU; once per process, and once per machine with ``cache_file``)."""
     key = cost_key(target_model, draft_model, most)
     if not (model_name(target_model) and model_name(draft_model)):
         cache_file = None  # an unnamed pair's key holds only in this process
@@ -397,22 +416,26 @@ def measure_costs(target_model, draft_model, most: int, cache_file: Path | None 
     lms = {"target": CachedLM(target_model)}
     if draft_model is not None and hasattr(draft_model, "config"):
         lms["model"] = CachedLM(draft_model)
-    shapes = [("target", 1 + k) for k in range(most + 1)] + [(name, 1) for name in lms if name != "target"]
+    drafters = [name for name in lms if name != "target"]
+    # (model, tokens fed, rows kept): the target verifies all it is fed; a draft keeps its last row
+    shapes = [("target", 1 + k, None) for k in range(most + 1)]
+    shapes += [(name, new, 1) for name in drafters for new in (1, CATCH_UP)]
     for lm in lms.values():
         lm.forward([1 + i % 7 for i in range(CONTEXT)])  # any small ids: the cost is the shape's
-    for name, new in shapes:  # warm-up: a new shape's first call pays allocation
-        step_seconds(lms[name], new)
+    for name, new, keep in shapes:  # warm-up: a new shape's first call pays allocation
+        step_seconds(lms[name], new, keep)
     times = {shape: [] for shape in shapes}
     for round_ in range(ROUNDS):
         for shape in shapes if round_ % 2 == 0 else shapes[::-1]:
-            times[shape].append(step_seconds(lms[shape[0]], shape[1]))
-    median = {shape: statistics.median(t) for shape, t in times.items()}
+            times[shape].append(step_seconds(lms[shape[0]], shape[1], shape[2]))
+    median = {shape[:2]: statistics.median(t) for shape, t in times.items()}
     t_t = median[("target", 1)]
     measured = [median[("target", 1 + k)] / t_t for k in range(most + 1)]
     verify = list(itertools.accumulate(measured, max))  # more tokens never cost less: a dip is noise
-    draft = {name: median[(name, 1)] / t_t for name in lms if name != "target"}
+    draft = {name: median[(name, 1)] / t_t for name in drafters}
+    feed = {name: max(0.0, median[(name, CATCH_UP)] - median[(name, 1)]) / (CATCH_UP - 1) / t_t for name in drafters}
     seconds = time.perf_counter() - started
-    _MEASURED[key] = CostModel(verify, draft, f"measured at start-up in {seconds:.1f} s ({key})", seconds)
+    _MEASURED[key] = CostModel(verify, draft, feed, f"measured at start-up in {seconds:.1f} s ({key})", seconds)
     if cache_file:
         with written_whole(cache_file) as partial:  # processes share it
             partial.write_text(json.dumps(stored | {key: asdict(_MEASURED[key])}, indent=1))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdemo.decoding.kv import CachedLM
+from specdemo.decoding.kv import CachedLM, common_prefix_length
 from specdemo.decoding.sampling import SamplingConfig, align_vocab, draw, to_probs
 
 MAX_GAMMA = 32
@@ -60,6 +60,10 @@ class ModelDrafter:
     def capture(self, first_feed: int) -> None:
         """Its steps' shapes (compiled steps only): one token, or two after a fully kept draft and its bonus."""
         self.lm.capture(first_feed, [(1, 1), (2, 1)])
+
+    def lag(self, tokens: list[int]) -> int:
+        """Tokens its cache must take in before it drafts after ``tokens`` (many, after other sources drafted)."""
+        return len(tokens) - common_prefix_length(self.lm.fed, tokens)
 
     def propose(self, tokens: list[int], n: int, sampling: SamplingConfig, generator) -> Draft:
         if n <= 0:

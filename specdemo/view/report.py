@@ -105,9 +105,14 @@ def tasks_table() -> str:
         ])  # fmt: skip
     return (
         "**Methods × tasks, SmolLM2-135M on a CPU** (× baseline by wall clock, ≤ "
-        f"{d['max_new_tokens']} tokens, best in bold; `chat-again`: the chat prompts asked a second time in the "
-        f"same process). {where}. {source('assets/tasks/smollm2-135m.json')}\n\n" + table(["task", *methods], rows)
+        f"{d['max_new_tokens']} tokens{passes(d.get('repeats', 1))}, best in bold; `chat-again`: the chat prompts "
+        f"asked a second time in the same process). {where}. {source('assets/tasks/smollm2-135m.json')}\n\n"
+        + table(["task", *methods], rows)
     )
+
+
+def passes(repeats: int) -> str:
+    return f", each cell the median of {repeats} passes" if repeats > 1 else ", one pass"
 
 
 def auto_table() -> str:
@@ -123,7 +128,8 @@ def auto_table() -> str:
     return (
         f"**auto against the fixed methods, SmolLM2-135M on a CPU**, on the {d.get('split', 'all')} half of each "
         f"task's prompts (auto's constants were set before any task was raced; the fixed methods run at their own "
-        f"γ), ≤ {d['max_new_tokens']} tokens, greedy, interleaved with the baseline prompt by prompt; "
+        f"γ), ≤ {d['max_new_tokens']} tokens, greedy, interleaved with the baseline prompt by prompt"
+        f"{passes(d.get('repeats', 1))}; "
         f"{d['machine']}. Targets: {met}. {source(lesson.AUTO_TABLE)}\n\n"
         + table(["task", "auto", "best fixed method there", "auto ÷ best"], rows)
     )
