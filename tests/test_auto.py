@@ -56,14 +56,15 @@ def test_a_long_copy_is_taken_over_the_model_and_its_length_bounds_gamma():
 
 def test_a_draft_model_that_must_catch_up_on_a_long_copy_pays_for_it_first():
     """Its cache lags every token other sources drafted: a prefill of them comes before its first token. The
-    same acceptance pays with a cache one token behind (a draft the step before) and not 60 behind."""
+    same acceptance pays with a cache one token behind (a draft the step before) and not 20 behind."""
     acceptance = taught({("model", 0): 0.5})
-    lagging = CostModel(CPU.verify, CPU.draft, {"model": 0.01})
-    assert lagging.catch_up("model", 1) == 0 and lagging.catch_up("model", 61) == pytest.approx(0.6)
+    lagging = CostModel(CPU.verify, CPU.draft, {"model": 0.02})
+    assert lagging.catch_up("model", 1) == 0 and lagging.catch_up("model", 21) == pytest.approx(0.4)
+    assert lagging.catch_up("model", 500) == lagging.catch_up("model", auto.CATCH_UP)  # never priced out for good
     assert choose(lagging, acceptance, {"model": (6, 0)}, {"model": 1})["source"] == "model"
-    behind = choose(lagging, acceptance, {"model": (6, 0)}, {"model": 61})
+    behind = choose(lagging, acceptance, {"model": (6, 0)}, {"model": 21})
     assert behind["source"] == auto.NONE and "draft model γ 2 would give" in behind["reason"]
-    assert choose(CPU, acceptance, {"model": (6, 0)}, {"model": 61})["source"] == "model"  # the control: f = 0
+    assert choose(CPU, acceptance, {"model": (6, 0)}, {"model": 21})["source"] == "model"  # the control: f = 0
 
 
 def test_a_switched_off_source_is_tried_again():

@@ -84,6 +84,9 @@ SMOKE = {
     "python -m tools.auto_step_costs": [
         "-m", "tools.auto_step_costs", *BUNDLED, "--max-new-tokens", "16", "--prompt", "Once upon a time",
     ],
+    "python -m tools.auto_step_costs --task": [
+        "-m", "tools.auto_step_costs", *BUNDLED, "--max-new-tokens", "8", "--task", "rewrite", "--split", "tune",
+    ],
     "python -m tools.seeded_suffix_store": [
         "-c", "import runpy, sys; [runpy.run_module('tools.seeded_suffix_store', run_name='__main__') for sys.argv in "
         "(['x', '--write', '1', '--batch', '2', '--answer-tokens', '8', '--shards', '{dir}'], "

@@ -1,11 +1,13 @@
 """Probe: what auto's steps cost, against what its cost model said they would (in target steps).
 
     python -m tools.auto_step_costs --prompt "What is the purpose of life?" --max-new-tokens 48
+    python -m tools.auto_step_costs --task extract --split held-out    (a task's prompts, each step pooled)
 
-auto chooses each step's source and γ by expected tokens over ``CostModel.step`` (t_v(1+k)/t_t + k·c, timed
-on bare forwards at start-up). This runs the baseline, then auto (warm-up excluded), and prints per choice
-(source, γ) the median step's draft, verify and rest clocks over the baseline's median step, beside the cost
-the model gave it: where the model is low, auto drafts where it does not pay.
+auto chooses each step's source and γ by expected tokens over ``CostModel.step`` (t_v(1+k)/t_t + k·c, and the
+draft model's catch-up, timed on bare forwards at start-up). This runs the baseline, then auto (warm-up
+excluded), and prints per choice (source, γ; with --task, per source) the median step's draft, verify and rest
+clocks over the baseline's median step, beside the cost the model gave it: where the model is low, auto drafts
+where it does not pay.
 """
 
 from __future__ import annotations
@@ -18,24 +20,28 @@ from dataclasses import replace
 from specdemo.decoding import methods
 from specdemo.decoding.engine import DecodeConfig, baseline_steps, decode_steps, run_timed
 from specdemo.decoding.suffix import SuffixStore
+from specdemo.measure.tasks import SPLITS, encode_tasks, load_tasks
 from specdemo.models import PRESETS, load_pair
 from specdemo.models.loading import encode_prompt
 
 
-def by_choice(baseline, speculative) -> list[dict]:
-    """One row per (source, γ): its steps, the modelled cost and the measured clocks, in baseline steps."""
-    t_t = statistics.median(s.seconds for s in baseline[1:] or baseline)  # the prompt's prefill left out
+def by_choice(runs: list[tuple[list, list]], key=lambda choice: (choice["source"], choice["gamma"])) -> list[dict]:
+    """One row per ``key`` of a choice (source and γ): its steps, the modelled cost (their mean) and the measured
+    clocks (their medians), each step in its own prompt's baseline steps. ``runs``: (baseline, auto) steps."""
     groups = defaultdict(list)
-    for s in speculative[1:]:
-        groups[(s.draft_choice["source"], s.draft_choice["gamma"])].append(s)
+    for baseline, speculative in runs:
+        t_t = statistics.median(s.seconds for s in baseline[1:] or baseline)  # the prompt's prefill left out
+        for s in speculative[1:]:
+            groups[key(s.draft_choice)].append((s, t_t))
     rows = []
-    for (source, gamma), steps in sorted(groups.items()):
+    for group, steps in sorted(groups.items()):
         clock = {
-            part: statistics.median(getattr(s, f"{part}_s") for s in steps) / t_t
+            part: statistics.median(getattr(s, f"{part}_s") / t_t for s, t_t in steps)
             for part in ("draft", "verify", "rest")
         }
-        rows.append({"source": source, "gamma": gamma, "steps": len(steps), "modelled": steps[0].draft_choice["cost"],
-                     "measured": sum(clock.values()), **clock})  # fmt: skip
+        modelled = statistics.mean(s.draft_choice["cost"] for s, _ in steps)
+        rows.append({"choice": group, "steps": len(steps), "modelled": modelled, "measured": sum(clock.values()),
+                     **clock})  # fmt: skip
     return rows
 
 
@@ -43,29 +49,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="smollm2-135m")
     parser.add_argument("--prompt", default="What is the purpose of life?")
+    parser.add_argument("--task", default=None, help="a task's prompts (assets/prompts/tasks/) instead: by source")
+    parser.add_argument("--split", default="held-out", choices=list(SPLITS))
     parser.add_argument("--max-new-tokens", type=int, default=48)
     args = parser.parse_args()
     preset = PRESETS[args.preset]
     pair = load_pair(
         preset.target, preset.draft, preset.target_options, preset.draft_options, draft_vocab=preset.draft_vocab
     )
-    ids = encode_prompt(pair.tokenizer, args.prompt)
+    prompts = encode_tasks(pair.tokenizer, load_tasks(names=[args.task], split=args.split)) if args.task else {}
+    prompts = prompts.get(args.task) or [encode_prompt(pair.tokenizer, args.prompt)]
     cfg = DecodeConfig(max_new_tokens=args.max_new_tokens)
     auto = replace(cfg, gamma=methods.AUTO.gamma, method=methods.AUTO.name)
     methods.AUTO.prepare(pair.target, pair.draft, auto.gamma)  # the start-up measurement, not timed
-    sides = [
-        lambda: baseline_steps(pair.target, ids, cfg, pair.eos),
-        # a store of its own each run: the timed run must not copy the warm-up's answer
-        lambda: decode_steps(pair.target, pair.draft, ids, auto, pair.eos, store=SuffixStore()),
-    ]
-    for make in sides:  # warm-up, not timed
-        run_timed(make, pair.target.device)
-    base, spec = (run_timed(make, pair.target.device) for make in sides)
-    rows = by_choice(base.steps, spec.steps)
-    print(f"auto on {args.prompt!r}, {args.max_new_tokens} tokens: speedup {base.wall_s / spec.wall_s:.2f}x")
+    runs, walls = [], [0.0, 0.0]
+    for i, ids in enumerate(prompts):
+        sides = [
+            lambda ids=ids: baseline_steps(pair.target, ids, cfg, pair.eos),
+            # a store of its own each run: the timed run must not copy the warm-up's answer
+            lambda ids=ids: decode_steps(pair.target, pair.draft, ids, auto, pair.eos, store=SuffixStore()),
+        ]
+        for make in sides if i == 0 else ():  # warm-up, not timed
+            run_timed(make, pair.target.device)
+        base, spec = (run_timed(make, pair.target.device) for make in sides)
+        runs.append((base.steps, spec.steps))
+        walls = [walls[0] + base.wall_s, walls[1] + spec.wall_s]
+    key = (lambda c: (c["source"],)) if args.task else (lambda c: (c["source"], c["gamma"]))
+    rows = by_choice(runs, key)
+    what = f"task {args.task} ({args.split}, {len(prompts)} prompts)" if args.task else repr(args.prompt)
+    print(f"auto on {what}, {args.max_new_tokens} tokens: speedup {walls[0] / walls[1]:.2f}x")
     print(f"{'choice':<12} {'steps':>5} {'modelled':>8} {'measured':>8} = {'draft':>5} + {'verify':>6} + {'rest':>5}")
     for r in rows:
-        choice = f"{r['source']} γ {r['gamma']}"
+        choice = " γ ".join(str(part) for part in r["choice"])
         print(f"{choice:<12} {r['steps']:>5} {r['modelled']:>8.2f} {r['measured']:>8.2f} = "
               f"{r['draft']:>5.2f} + {r['verify']:>6.2f} + {r['rest']:>5.2f}")  # fmt: skip
     modelled = sum(r["modelled"] * r["steps"] for r in rows)

@@ -10,7 +10,7 @@ matching), then picks the (source, k) with the most expected tokens per unit of 
     r_s,j      = (K_s,j + m·r_s,j−1)/(T_s,j + m),  r_s,0 = r₀      (the source's rate, shrunk to the last position's)
 
 where L_s is how many tokens the draft model's cache must take in first (one or two when it drafted the step
-before; every token since, when other sources drafted) and f_s what each token past the first adds (measured at
+before; every token since, when other sources drafted; at most 32) and f_s what each token past the first adds (measured at
 start-up with c: a prefill, far cheaper a token than c, but a model idle for 40 tokens pays about 2c on SmolLM2),
 â_s,b,j is source s's chance of keeping position j given positions < j were kept, in signal bucket b (the
 suffix match's length, prompt lookup's n-gram size), and K, T are the source's counts over all its buckets: a
@@ -90,8 +90,10 @@ class CostModel:
         return self.verify[min(k, len(self.verify) - 1)] + drafted * self.draft.get(source, 0.0)
 
     def catch_up(self, source: str, lag: int) -> float:
-        """What drafting from ``source`` first costs when its cache lags ``lag`` tokens (one is in c)."""
-        return max(0, lag - 1) * self.feed.get(source, 0.0)
+        """What drafting from ``source`` first costs when its cache lags ``lag`` tokens (one is in c), at most the
+        timed CATCH_UP: uncharged past it, an idle model is never priced out for good (the prompt's prefill made
+        the first step a plain one, each plain step lengthened the lag, and held-out chat fell to 0.84×)."""
+        return max(0, min(lag, CATCH_UP) - 1) * self.feed.get(source, 0.0)
 
 
 @dataclass
