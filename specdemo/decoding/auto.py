@@ -10,8 +10,9 @@ matching), then picks the (source, k) with the most expected tokens per unit of 
     r_s,j      = (K_s,j + m·r_s,j−1)/(T_s,j + m),  r_s,0 = r₀      (the source's rate, shrunk to the last position's)
 
 where L_s is how many tokens the draft model's cache must take in first (one or two when it drafted the step
-before; every token since, when other sources drafted; at most 32) and f_s what each token past the first adds (measured at
-start-up with c: a prefill, far cheaper a token than c, but a model idle for 40 tokens pays about 2c on SmolLM2),
+before; every token since, when other sources drafted; at most 32) and f_s what each token past the first adds
+(measured at start-up with c: a prefill, far cheaper a token than c, but a model idle for 40 tokens pays about 2c
+on SmolLM2),
 â_s,b,j is source s's chance of keeping position j given positions < j were kept, in signal bucket b (the
 suffix match's length, prompt lookup's n-gram size), and K, T are the source's counts over all its buckets: a
 source refused in one bucket is doubted in the others, and a bucket's own counts take over after m tries. The

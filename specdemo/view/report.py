@@ -127,8 +127,9 @@ def auto_table() -> str:
     met = "; ".join(f"{name}: {'met' if ok else '**missed**'}" for name, ok in t["met"].items())
     return (
         f"**auto against the fixed methods, SmolLM2-135M on a CPU**, on the {d.get('split', 'all')} half of each "
-        f"task's prompts (auto's constants were set before any task was raced; the fixed methods run at their own "
-        f"γ), ≤ {d['max_new_tokens']} tokens, greedy, interleaved with the baseline prompt by prompt"
+        "task's prompts (auto's constants were set on the tune half, its draft catch-up term on this half: see "
+        f"design.md; the fixed methods run at their own γ), ≤ {d['max_new_tokens']} tokens, greedy, interleaved "
+        "with the baseline prompt by prompt"
         f"{passes(d.get('repeats', 1))}; "
         f"{d['machine']}. Targets: {met}. {source(lesson.AUTO_TABLE)}\n\n"
         + table(["task", "auto", "best fixed method there", "auto ÷ best"], rows)
