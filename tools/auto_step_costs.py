@@ -53,12 +53,14 @@ def main() -> None:
     parser.add_argument("--split", default="held-out", choices=list(SPLITS))
     parser.add_argument("--max-new-tokens", type=int, default=48)
     args = parser.parse_args()
+    tasks = load_tasks(names=[args.task], split=args.split) if args.task else {}
+    if args.task and not tasks:  # one line, before the models load: not the --prompt silently instead
+        parser.error(f"--task {args.task!r}: no such file in assets/prompts/tasks/")
     preset = PRESETS[args.preset]
     pair = load_pair(
         preset.target, preset.draft, preset.target_options, preset.draft_options, draft_vocab=preset.draft_vocab
     )
-    prompts = encode_tasks(pair.tokenizer, load_tasks(names=[args.task], split=args.split)) if args.task else {}
-    prompts = prompts.get(args.task) or [encode_prompt(pair.tokenizer, args.prompt)]
+    prompts = encode_tasks(pair.tokenizer, tasks)[args.task] if tasks else [encode_prompt(pair.tokenizer, args.prompt)]
     cfg = DecodeConfig(max_new_tokens=args.max_new_tokens)
     auto = replace(cfg, gamma=methods.AUTO.gamma, method=methods.AUTO.name)
     methods.AUTO.prepare(pair.target, pair.draft, auto.gamma)  # the start-up measurement, not timed
