@@ -6,8 +6,8 @@
 auto chooses each step's source and γ by expected tokens over ``CostModel.step`` (t_v(1+k)/t_t + k·c, and the
 draft model's catch-up, timed on bare forwards at start-up). This runs the baseline, then auto (warm-up
 excluded), and prints per choice (source, γ; with --task, per source) the median step's draft, verify and rest
-clocks over the baseline's median step, beside the cost the model gave it: where the model is low, auto drafts
-where it does not pay.
+clocks over the baseline's median step, beside the cost the model gave it, and its tokens a step: where the model
+is low, auto drafts where it does not pay; a source whose tokens/measured is below 1 loses to a plain step.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def by_choice(runs: list[tuple[list, list]], key=lambda choice: (choice["source"
             for part in ("draft", "verify", "rest")
         }
         modelled = statistics.mean(s.draft_choice["cost"] for s, _ in steps)
-        rows.append({"choice": group, "steps": len(steps), "modelled": modelled, "measured": sum(clock.values()),
-                     **clock})  # fmt: skip
+        tokens = statistics.mean(len(s.emitted) for s, _ in steps)
+        rows.append({"choice": group, "steps": len(steps), "tokens": tokens, "modelled": modelled,
+                     "measured": sum(clock.values()), **clock})  # fmt: skip
     return rows
 
 
@@ -80,11 +81,13 @@ def main() -> None:
     rows = by_choice(runs, key)
     what = f"task {args.task} ({args.split}, {len(prompts)} prompts)" if args.task else repr(args.prompt)
     print(f"auto on {what}, {args.max_new_tokens} tokens: speedup {walls[0] / walls[1]:.2f}x")
-    print(f"{'choice':<12} {'steps':>5} {'modelled':>8} {'measured':>8} = {'draft':>5} + {'verify':>6} + {'rest':>5}")
+    print(f"{'choice':<12} {'steps':>5} {'tokens':>6} {'modelled':>8} {'measured':>8} = {'draft':>5} + {'verify':>6} + "
+          f"{'rest':>5} {'tokens/measured':>15}")  # fmt: skip
     for r in rows:
         choice = " γ ".join(str(part) for part in r["choice"])
-        print(f"{choice:<12} {r['steps']:>5} {r['modelled']:>8.2f} {r['measured']:>8.2f} = "
-              f"{r['draft']:>5.2f} + {r['verify']:>6.2f} + {r['rest']:>5.2f}")  # fmt: skip
+        per_step = r["tokens"] / r["measured"]
+        print(f"{choice:<12} {r['steps']:>5} {r['tokens']:>6.2f} {r['modelled']:>8.2f} {r['measured']:>8.2f} = "
+              f"{r['draft']:>5.2f} + {r['verify']:>6.2f} + {r['rest']:>5.2f} {per_step:>15.2f}")  # fmt: skip
     modelled = sum(r["modelled"] * r["steps"] for r in rows)
     measured = sum(r["measured"] * r["steps"] for r in rows)
     print(f"all steps after the first: modelled {modelled:.1f}, measured {measured:.1f} target steps (medians × steps)")
