@@ -239,6 +239,15 @@ def test_the_start_up_measurement_is_timed_and_cached(tmp_path, llama_pair):
     assert auto.measure_costs(target, draft, 6) is cost  # once per process
 
 
+def test_the_verify_curve_is_the_line_through_every_k_not_each_k_alone():
+    """A step of 1 + k tokens costs t_t + b·k: one k's noise (k = 3 read 20% high) moves the line a little, not that
+    k's ratio, and a running max would have carried it on to every k after; a falling line is noise, read flat."""
+    t_t, curve = auto.verify_curve([40.0, 43.0, 46.0, 58.0, 52.0, 55.0, 58.0])  # ms: 40 + 3·k, but k = 3
+    assert t_t == pytest.approx(40, abs=1.5) and curve[0] == 1.0
+    assert curve == sorted(curve) and curve[3] < 1.3 < 58 / 40 and curve[6] == pytest.approx(58 / 40, abs=0.03)
+    assert auto.verify_curve([40.0, 39.0, 38.0])[1] == [1.0, 1.0, 1.0]
+
+
 FREE = CostModel([1.0] * 7, {"model": 0.0, "prompt": 5.0, "suffix": 5.0})  # every token the model can draft, always
 AUTO_CASES = [
     # the #32867 class: q must be the distribution the draft was drawn from, after temperature / top-k / top-p

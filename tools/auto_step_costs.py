@@ -2,12 +2,14 @@
 
     python -m tools.auto_step_costs --prompt "What is the purpose of life?" --max-new-tokens 48
     python -m tools.auto_step_costs --task extract --split held-out    (a task's prompts, each step pooled)
+    python -m tools.auto_step_costs --task chat --split tune --by choice    (a row per source and γ)
 
 auto chooses each step's source and γ by expected tokens over ``CostModel.step`` (t_v(1+k)/t_t + k·c, and the
 draft model's catch-up, timed on bare forwards at start-up). This runs the baseline, then auto (warm-up
-excluded), and prints per choice (source, γ; with --task, per source) the median step's draft, verify and rest
-clocks over the baseline's median step, beside the cost the model gave it, and its tokens a step: where the model
-is low, auto drafts where it does not pay; a source whose tokens/measured is below 1 loses to a plain step.
+excluded), and prints per choice (source, γ; with --task, per source unless --by choice) the median step's
+draft, verify and rest clocks over the baseline's median step, beside the cost the model gave it, and its tokens
+a step: where the model is low, auto drafts where it does not pay; a source whose tokens/measured is below 1
+loses to a plain step.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def main() -> None:
     parser.add_argument("--task", default=None, help="a task's prompts (assets/prompts/tasks/) instead: by source")
     parser.add_argument("--split", default="held-out", choices=list(SPLITS))
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--by", choices=["source", "choice"], default=None,
+                        help="a row per source, or per source and γ (default: per source with --task)")  # fmt: skip
     args = parser.parse_args()
     tasks = load_tasks(names=[args.task], split=args.split) if args.task else {}
     if args.task and not tasks:  # one line, before the models load: not the --prompt silently instead
@@ -77,7 +81,8 @@ def main() -> None:
         base, spec = (run_timed(make, pair.target.device) for make in sides)
         runs.append((base.steps, spec.steps))
         walls = [walls[0] + base.wall_s, walls[1] + spec.wall_s]
-    key = (lambda c: (c["source"],)) if args.task else (lambda c: (c["source"], c["gamma"]))
+    by_source = args.by == "source" or (args.by is None and args.task)
+    key = (lambda c: (c["source"],)) if by_source else (lambda c: (c["source"], c["gamma"]))
     rows = by_choice(runs, key)
     what = f"task {args.task} ({args.split}, {len(prompts)} prompts)" if args.task else repr(args.prompt)
     print(f"auto on {what}, {args.max_new_tokens} tokens: speedup {walls[0] / walls[1]:.2f}x")

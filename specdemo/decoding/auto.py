@@ -42,7 +42,6 @@ kind of step (``tree.py``), not a chain this loop verifies.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import platform
@@ -383,7 +382,7 @@ def pair_name(target_model, draft_model) -> str:
 def cost_key(target_model, draft_model, most: int) -> str:
     """This machine and pair."""
     pair = pair_name(target_model, draft_model)
-    return f"{platform.machine()} {platform.processor()} | {pair} | k≤{most} | {CONTEXT} cached | fed {CATCH_UP}"
+    return f"{platform.machine()} {platform.processor()} | {pair} | k≤{most} | {CONTEXT} cached | fed {CATCH_UP} | line"
 
 
 CONTEXT = 128  # tokens cached before a timed step: a chat prompt and part of its answer (attention grows with it)
@@ -401,6 +400,16 @@ def step_seconds(lm: CachedLM, new: int, keep: int | None = None) -> float:
     seconds = time.perf_counter() - start
     lm.rollback_to(CONTEXT)
     return seconds
+
+
+def verify_curve(seconds: list[float]) -> tuple[float, list[float]]:
+    """t_t and t_v(1+k)/t_t from the median seconds of verifying 1 + k tokens, k = 0, 1, …: the least-squares
+    line through them, not each k on its own (one k's median, over its own t_t's, was off by up to ±0.1 between
+    start-ups, and a running max that hid its dips read k = 4–6 0.07–0.14 above the engine's own steps; the line
+    fits those within 0.05, on the tune split's prompts). A line that falls is noise: the steps then cost the same."""
+    slope, t_t = statistics.linear_regression(range(len(seconds)), seconds)
+    slope = max(slope, 0.0)
+    return t_t, [1 + slope * k / t_t for k in range(len(seconds))]
 
 
 def measure_costs(target_model, draft_model, most: int, cache_file: Path | None = None) -> CostModel:
@@ -432,9 +441,7 @@ def measure_costs(target_model, draft_model, most: int, cache_file: Path | None 
         for shape in shapes if round_ % 2 == 0 else shapes[::-1]:
             times[shape].append(step_seconds(lms[shape[0]], shape[1], shape[2]))
     median = {shape[:2]: statistics.median(t) for shape, t in times.items()}
-    t_t = median[("target", 1)]
-    measured = [median[("target", 1 + k)] / t_t for k in range(most + 1)]
-    verify = list(itertools.accumulate(measured, max))  # more tokens never cost less: a dip is noise
+    t_t, verify = verify_curve([median[("target", 1 + k)] for k in range(most + 1)])
     draft = {name: median[(name, 1)] / t_t for name in drafters}
     feed = {name: max(0.0, median[(name, CATCH_UP)] - median[(name, 1)]) / (CATCH_UP - 1) / t_t for name in drafters}
     seconds = time.perf_counter() - started
