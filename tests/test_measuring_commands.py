@@ -87,6 +87,7 @@ SMOKE = {
     "python -m tools.auto_step_costs --task": [
         "-m", "tools.auto_step_costs", *BUNDLED, "--max-new-tokens", "8", "--task", "rewrite", "--split", "tune",
     ],
+    "python -m tools.startup_spread": ["-m", "tools.startup_spread", *BUNDLED, "--runs", "2"],
     "python -m tools.seeded_suffix_store": [
         "-c", "import runpy, sys; [runpy.run_module('tools.seeded_suffix_store', run_name='__main__') for sys.argv in "
         "(['x', '--write', '1', '--batch', '2', '--answer-tokens', '8', '--shards', '{dir}'], "

@@ -387,7 +387,7 @@ def cost_key(target_model, draft_model, most: int) -> str:
 
 CONTEXT = 128  # tokens cached before a timed step: a chat prompt and part of its answer (attention grows with it)
 CATCH_UP = 32  # tokens a draft takes in at once, timed for f: about what it lags after a few copied steps
-ROUNDS = 5  # interleaved rounds: every k timed once a round, so a machine's drift slows every k alike
+ROUNDS = 4  # interleaved rounds: every k timed once a round, so a machine's drift slows every k alike (5 took 3.1 s)
 
 
 def step_seconds(lm: CachedLM, new: int, keep: int | None = None) -> float:
@@ -412,6 +412,26 @@ def verify_curve(seconds: list[float]) -> tuple[float, list[float]]:
     return t_t, [1 + slope * k / t_t for k in range(len(seconds))]
 
 
+def timed_shapes(target_model, draft_model, most: int) -> dict[tuple[str, int], float]:
+    """(model, tokens fed) → the median seconds of its step: the target verifying 1 + k tokens for k ≤ ``most``,
+    the draft model's one-token step and its CATCH_UP-token feed, ROUNDS interleaved rounds after a warm-up."""
+    lms = {"target": CachedLM(target_model)}
+    if draft_model is not None and hasattr(draft_model, "config"):
+        lms["model"] = CachedLM(draft_model)
+    # (model, tokens fed, rows kept): the target verifies all it is fed; a draft keeps its last row
+    shapes = [("target", 1 + k, None) for k in range(most + 1)]
+    shapes += [(name, new, 1) for name in lms if name != "target" for new in (1, CATCH_UP)]
+    for lm in lms.values():
+        lm.forward([1 + i % 7 for i in range(CONTEXT)])  # any small ids: the cost is the shape's
+    for name, new, keep in shapes:  # warm-up: a new shape's first call pays allocation
+        step_seconds(lms[name], new, keep)
+    times = {shape: [] for shape in shapes}
+    for round_ in range(ROUNDS):
+        for shape in shapes if round_ % 2 == 0 else shapes[::-1]:
+            times[shape].append(step_seconds(lms[shape[0]], shape[1], shape[2]))
+    return {shape[:2]: statistics.median(t) for shape, t in times.items()}
+
+
 def measure_costs(target_model, draft_model, most: int, cache_file: Path | None = None) -> CostModel:
     """t_v(1+k)/t_t for k ≤ ``most``, c of a draft step and f of a token it catches up on, on eager steps after a
     CONTEXT-token cache (a second or two on a CPU; once per process, and once per machine with ``cache_file``)."""
@@ -425,23 +445,9 @@ def measure_costs(target_model, draft_model, most: int, cache_file: Path | None 
         _MEASURED[key] = CostModel(**stored[key])
         return _MEASURED[key]
     started = time.perf_counter()
-    lms = {"target": CachedLM(target_model)}
-    if draft_model is not None and hasattr(draft_model, "config"):
-        lms["model"] = CachedLM(draft_model)
-    drafters = [name for name in lms if name != "target"]
-    # (model, tokens fed, rows kept): the target verifies all it is fed; a draft keeps its last row
-    shapes = [("target", 1 + k, None) for k in range(most + 1)]
-    shapes += [(name, new, 1) for name in drafters for new in (1, CATCH_UP)]
-    for lm in lms.values():
-        lm.forward([1 + i % 7 for i in range(CONTEXT)])  # any small ids: the cost is the shape's
-    for name, new, keep in shapes:  # warm-up: a new shape's first call pays allocation
-        step_seconds(lms[name], new, keep)
-    times = {shape: [] for shape in shapes}
-    for round_ in range(ROUNDS):
-        for shape in shapes if round_ % 2 == 0 else shapes[::-1]:
-            times[shape].append(step_seconds(lms[shape[0]], shape[1], shape[2]))
-    median = {shape[:2]: statistics.median(t) for shape, t in times.items()}
+    median = timed_shapes(target_model, draft_model, most)
     t_t, verify = verify_curve([median[("target", 1 + k)] for k in range(most + 1)])
+    drafters = [name for name, new in median if name != "target" and new == 1]
     draft = {name: median[(name, 1)] / t_t for name in drafters}
     feed = {name: max(0.0, median[(name, CATCH_UP)] - median[(name, 1)]) / (CATCH_UP - 1) / t_t for name in drafters}
     seconds = time.perf_counter() - started
