@@ -387,7 +387,7 @@ def cost_key(target_model, draft_model, most: int) -> str:
 
 CONTEXT = 128  # tokens cached before a timed step: a chat prompt and part of its answer (attention grows with it)
 CATCH_UP = 32  # tokens a draft takes in at once, timed for f: about what it lags after a few copied steps
-ROUNDS = 4  # interleaved rounds: every k timed once a round, so a machine's drift slows every k alike (5 took 3.1 s)
+ROUNDS = 4  # interleaved rounds: every k timed once a round, so a machine's drift slows every k alike
 
 
 def step_seconds(lm: CachedLM, new: int, keep: int | None = None) -> float:
@@ -404,9 +404,9 @@ def step_seconds(lm: CachedLM, new: int, keep: int | None = None) -> float:
 
 def verify_curve(seconds: list[float]) -> tuple[float, list[float]]:
     """t_t and t_v(1+k)/t_t from the median seconds of verifying 1 + k tokens, k = 0, 1, …: the least-squares
-    line through them, not each k on its own (one k's median, over its own t_t's, was off by up to ±0.1 between
-    start-ups, and a running max that hid its dips read k = 4–6 0.07–0.14 above the engine's own steps; the line
-    fits those within 0.05, on the tune split's prompts). A line that falls is noise: the steps then cost the same."""
+    line through them (two numbers fitted from every timing), not each k over the k = 0 median with a running max
+    (one cached curve of that kind read k = 4–6 at 1.39, 1.50 and 1.65, the engine's own steps 1.32, 1.43 and
+    1.52 on the tune split: a high k was carried on to every k after). A line that falls is noise: read flat."""
     slope, t_t = statistics.linear_regression(range(len(seconds)), seconds)
     slope = max(slope, 0.0)
     return t_t, [1 + slope * k / t_t for k in range(len(seconds))]
