@@ -14,8 +14,8 @@ import argparse
 import itertools
 import statistics
 
+from specdemo.cli.common import add_pair_args, load_from_args
 from specdemo.decoding import auto, methods
-from specdemo.models import PRESETS, load_pair
 
 
 def per_k(seconds: list[float]) -> list[float]:
@@ -25,13 +25,10 @@ def per_k(seconds: list[float]) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="smollm2-135m")
+    add_pair_args(parser)
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
-    preset = PRESETS[args.preset]
-    pair = load_pair(
-        preset.target, preset.draft, preset.target_options, preset.draft_options, draft_vocab=preset.draft_vocab
-    )
+    pair = load_from_args(args)  # as the CLI loads it: its threads, dtype and kernels
     most = methods.AUTO.gamma
     curves = {"line": [], "per k": []}
     for _ in range(args.runs):
